@@ -1,0 +1,63 @@
+"""The `futextrace` command line: one click group, one module per subcommand."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from . import __version__
+from .errors import EXIT_CODES_HELP, FutextraceError
+
+# Subcommand name -> module in futextrace.commands exporting `command`.
+COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report"]
+
+
+class LazyGroup(click.Group):
+    """Imports a subcommand's module only when it is used, so `--help` stays fast
+    and a command whose module is broken cannot take the others down."""
+
+    def list_commands(self, ctx):
+        return [c for c in COMMANDS if importlib.util.find_spec(f"futextrace.commands.{c}")]
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        try:
+            mod = importlib.import_module(f"futextrace.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"futextrace.commands.{name}":
+                return None
+            raise
+        return mod.command
+
+
+@click.group(cls=LazyGroup, epilog=EXIT_CODES_HELP,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version")
+def cli():
+    """See what the Linux kernel's futex hash is doing: how lookups spread over
+    buckets, per CPU and NUMA node; refcount traffic; every resize and why."""
+
+
+def main(argv=None):
+    try:
+        cli.main(args=argv, prog_name="futextrace", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("futextrace: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except FutextraceError as e:
+        click.echo(f"futextrace: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Sets up everything futextrace needs on a Debian 12 machine, idempotently:
+# Debian packages, a kernel header tree BCC can compile against, and the venv.
+#   scripts/bootstrap.sh          packages for tracing and benchmarks
+#   scripts/bootstrap.sh --vm     also what the VM tests need (QEMU, kmod, virtme-ng)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+want_vm=0
+[ "${1:-}" = "--vm" ] && want_vm=1
+cache=${FUTEXTRACE_CACHE:-/var/cache/futextrace}
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (BPF tracing and apt-get need it), e.g. sudo $0"
+command -v apt-get >/dev/null || die "this script supports Debian 12 (apt-get not found)"
+
+# --- Debian packages -------------------------------------------------------
+pkgs=(python3-bpfcc python3-venv bpftool linux-headers-amd64 gcc libc6-dev linux-perf)
+[ $want_vm = 1 ] && pkgs+=(qemu-system-x86 kmod)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- kernel headers for BCC --------------------------------------------------
+# BCC compiles every program against a kernel header tree. futextrace takes all
+# futex/mm offsets from BTF, so any tree works; Debian's is split into -common
+# and -amd64, which BCC only accepts merged (see futextrace/headers.py).
+mkdir -p "$cache"
+
+# --- venv -----------------------------------------------------------------
+venv="$here/.venv"
+stamp="$venv/.futextrace-installed"
+want_stamp=$(sha256sum "$here/pyproject.toml" | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want_stamp" ]; then
+    say "creating the venv in $venv"
+    # The Debian interpreter, because python3-bpfcc's libbcc is built for it.
+    /usr/bin/python3 -m venv "$venv"
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    # Expose only BCC from the distro, not all of dist-packages.
+    ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
+    "$venv/bin/pip" install -q --disable-pip-version-check -e "$here[test]"
+    [ $want_vm = 1 ] && "$venv/bin/pip" install -q --disable-pip-version-check 'virtme-ng>=1.30'
+    echo "$want_stamp" > "$stamp"
+fi
+if [ $want_vm = 1 ] && [ ! -x "$venv/bin/vng" ]; then
+    "$venv/bin/pip" install -q --disable-pip-version-check 'virtme-ng>=1.30'
+fi
+"$venv/bin/python" -m futextrace.headers --prepare >/dev/null
+say "ready ($venv)"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs the whole test suite: unit tests, tests that load
+# real BPF programs into this kernel, and the VM tests on the newest Debian kernel.
+#   ./test.sh                 what CI runs
+#   ./test.sh --all-kernels   the full VM kernel matrix (see tests/vm/kernels.py)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+"$here/scripts/bootstrap.sh" --vm
+cd "$here"
+args=()
+if [ "${1:-}" = "--all-kernels" ]; then
+    export FUTEXTRACE_VM_KERNELS=all
+    shift
+fi
+exec "$here/.venv/bin/python" -m pytest -ra "$@"
