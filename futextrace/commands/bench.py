@@ -1,0 +1,91 @@
+"""`futextrace bench`: the futex-hash workload's throughput beside what the tracer saw."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .. import bench
+from ..errors import FileProblem, UsageError
+
+
+class BucketsType(click.ParamType):
+    name = "BUCKETS"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        return bench.parse_buckets(value)
+
+
+def workload_options(f):
+    """Options shared by bench and sweep's workload (sweep omits -b)."""
+    f = click.option("-m", "--mlockall", is_flag=True, help="Lock all memory (mlockall).")(f)
+    f = click.option("-S", "--shared", is_flag=True,
+                     help="Shared futexes (no FUTEX_PRIVATE_FLAG): always the global hash.")(f)
+    f = click.option("-r", "--runtime", type=float, default=10.0, show_default=True,
+                     help="Seconds to run (builtin runner: fractions allowed).")(f)
+    f = click.option("-f", "--futexes", type=int, default=1024, show_default=True,
+                     help="Futexes per thread.")(f)
+    f = click.option("-t", "--threads", type=int, default=None,
+                     help="Worker threads [default: online CPUs].")(f)
+    return f
+
+
+def write_json(path: str, doc: dict) -> None:
+    try:
+        with click.open_file(path, "w") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+    except OSError as e:
+        raise FileProblem(f"cannot write {path}: {e.strerror}") from None
+
+
+def format_result(r: dict) -> str:
+    """perf-like summary lines for one run."""
+    kind = "shared" if r["shared"] else "private"
+    lines = [f"{r['runner']}: {r['threads']} threads, each on {r['futexes']} [{kind}] futexes, "
+             f"{r['runtime']:.2f} s"]
+    for t in r["per_thread"]:
+        cpu = f" cpu {t['cpu']}" if t.get("cpu", -1) >= 0 else ""
+        lines.append(f"  [thread {t['thread']:2d}]{cpu} {t['ops_per_sec']:>14,.0f} ops/sec")
+    lines.append(f"Averaged {r['avg_ops_per_sec']:,.0f} operations/sec "
+                 f"(+- {r['stddev_pct']:.2f}%)")
+    lines.append(f"Futex hashing: {describe_hash(r)}")
+    return "\n".join(lines)
+
+
+def describe_hash(r: dict) -> str:
+    req = bench.buckets_label(r["buckets_requested"])
+    if r["slots"] is None:
+        return f"requested {req}, in use: unknown (this perf does not report it)"
+    used = "global hash" if r["slots"] == 0 else f"{r['slots']} buckets"
+    return f"requested {req}, in use: {used}"
+
+
+@click.command("bench")
+@workload_options
+@click.option("-b", "--buckets", type=BucketsType(), default="auto", show_default=True,
+              help="Hash buckets: a power of two >= 2, 'auto' (kernel sizes it) or 'global'.")
+@click.option("--runner", type=click.Choice(["builtin", "perf"]), default="builtin",
+              show_default=True, help="Built-in workload or the system's perf bench futex hash.")
+@click.option("--json", "json_file", metavar="FILE", help="Write the result as JSON ('-': stdout).")
+@click.option("--no-trace", is_flag=True, help="Only measure throughput; do not trace.")
+def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_file, no_trace):
+    """Run the futex-hash workload (like `perf bench futex hash`) and print its
+    throughput beside what the tracer recorded."""
+    opts = bench.WorkloadOptions(threads=threads, futexes=futexes, runtime=runtime,
+                                 buckets=buckets, shared=shared, mlockall=mlockall)
+    if runner == "perf" and runtime != int(runtime):
+        raise UsageError("--runner perf takes whole seconds for --runtime")
+    doc = bench.run(opts, runner=runner, trace=not no_trace)
+    quiet = json_file == "-"
+    if not quiet:
+        click.echo(format_result(doc["result"]))
+        for note in doc["notes"]:
+            click.echo(f"note: {note}", err=True)
+        if doc["recording"] is not None:
+            text = bench.render_recording(doc["recording"])
+            click.echo("\n" + (text or "note: futextrace.render missing; see --json output"))
+    if json_file:
+        write_json(json_file, {"schema": "futextrace-bench", "schema_version": 1, **doc})
