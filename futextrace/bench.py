@@ -76,7 +76,10 @@ def buckets_label(n: int) -> str:
 
 # ---------------------------------------------------------------- argv per runner
 
-def builtin_argv(o: WorkloadOptions, addrs: bool = False) -> list[str]:
+def builtin_argv(o: WorkloadOptions, addrs: bool = False, wait_fd: int | None = None) -> list[str]:
+    """argv of the built-in workload. `addrs`: report every futex address.
+    `wait_fd`: the workload blocks reading this fd (one byte or EOF) before its
+    prctl and threads, so a tracer that starts it can attach first (pass_fds)."""
     from .workload import workload_path
     argv = [str(workload_path()), "-f", str(o.futexes), "-b", str(o.buckets)]
     if o.threads is not None:
@@ -88,13 +91,15 @@ def builtin_argv(o: WorkloadOptions, addrs: bool = False) -> list[str]:
         argv.append("-m")
     if addrs:
         argv.append("--addrs")
+    if wait_fd is not None:
+        argv += ["--wait-fd", str(wait_fd)]
     return argv
 
 
 def perf_argv(o: WorkloadOptions) -> list[str]:
     if o.iterations:
         raise UsageError("perf has no iteration count; use --runtime")
-    threads = o.threads if o.threads is not None else os.cpu_count() or 1
+    threads = o.threads if o.threads is not None else os.sysconf("SC_NPROCESSORS_ONLN")
     return perfbench.perf_argv(threads, o.futexes, o.runtime, o.buckets, o.shared, o.mlockall)
 
 

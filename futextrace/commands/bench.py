@@ -37,6 +37,8 @@ def write_json(path: str, doc: dict) -> None:
         with click.open_file(path, "w") as fh:
             json.dump(doc, fh, indent=2)
             fh.write("\n")
+    except BrokenPipeError:
+        raise   # `--json - | head`: cli.main exits quietly
     except OSError as e:
         raise FileProblem(f"cannot write {path}: {e.strerror}") from None
 
@@ -80,10 +82,10 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_f
         raise UsageError("--runner perf takes whole seconds for --runtime")
     doc = bench.run(opts, runner=runner, trace=not no_trace)
     quiet = json_file == "-"
+    for note in doc["notes"]:
+        click.echo(f"note: {note}", err=True)
     if not quiet:
         click.echo(format_result(doc["result"]))
-        for note in doc["notes"]:
-            click.echo(f"note: {note}", err=True)
         if doc["recording"] is not None:
             text = bench.render_recording(doc["recording"])
             click.echo("\n" + (text or "note: futextrace.render missing; see --json output"))
