@@ -86,9 +86,19 @@ def find_header_tree(prepare: bool = True) -> HeaderTree | None:
     return HeaderTree(merged, rel, "merged Debian linux-headers in " + str(merged.parent), rel == running)
 
 
+def ensure_tracefs() -> None:
+    """BCC reads tracepoint formats from tracefs, which some machines do not
+    mount at boot. Mount it (root only) before bcc is imported."""
+    if os.path.isdir("/sys/kernel/tracing/events") or os.path.isdir("/sys/kernel/debug/tracing/events"):
+        return
+    if os.geteuid() == 0:
+        os.system("mount -t tracefs nodev /sys/kernel/tracing >/dev/null 2>&1")
+
+
 def bcc_environment(prepare: bool = True) -> HeaderTree:
     """Point BCC at a header tree (sets BCC_KERNEL_SOURCE) or fail with advice."""
     from .errors import EnvironmentProblem
+    ensure_tracefs()
     tree = find_header_tree(prepare=prepare)
     if tree is None:
         raise EnvironmentProblem(

@@ -1,0 +1,1 @@
+"""BPF C sources of futextrace, shipped as package data (futextrace.bpf)."""

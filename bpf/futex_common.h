@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Code shared by every attach method: the kernel's futex hash (jhash2) and
+ * bucket formulas, filters, the per-futex map, counters and events.
+ *
+ * Everything about the running kernel arrives as -D macros computed from its
+ * BTF by futextrace/loader.py (OFF_* offsets, GLOBAL_* geometry, FILTER_*),
+ * never from the headers BCC compiles against, which may be another kernel's.
+ */
+#include "futextrace.h"
+
+#define PAGE_SIZE_ 4096
+#define FUTEX_PRIVATE_FLAG_ 128
+#define FUTEX_CLOCK_REALTIME_ 256
+#define FUTEX2_SIZE_MASK_ 0x03
+#define FUTEX2_NUMA_ 0x04
+#define FUTEX2_MPOL_ 0x08
+#define FUTEX2_PRIVATE_ 128
+#define CLONE_VM_ 0x00000100
+#define CLONE_THREAD_ 0x00010000
+
+BPF_PERCPU_HASH(futexes, struct futex_stat_key, struct futex_stat, MAX_FUTEXES);
+BPF_PERCPU_ARRAY(counters, u64, FTC_NR);
+BPF_PERCPU_ARRAY(fcache, struct cache_slot, CACHE_SLOTS);
+BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+
+/* Which private hash each process had when last seen: resize detection. The
+ * per-CPU `last_hash` cache keeps the hot path off this shared map. */
+struct mm_seen { u64 hash; };
+BPF_TABLE("lru_hash", u32, struct mm_seen, mm_hash, 16384);
+struct last_seen { u64 tgid; u64 hash; };
+BPF_PERCPU_ARRAY(last_hash, struct last_seen, 1);
+
+#ifdef FILTER_TGID
+BPF_HASH(tgid_filter, u32, u8, 1024);
+#endif
+#ifdef FILTER_TID
+BPF_HASH(tid_filter, u32, u8, 1024);
+#endif
+#ifdef FILTER_CGROUP
+BPF_HASH(cgroup_filter, u64, u8, 64);
+#endif
+#ifdef FILTER_COMM
+struct comm_key { char comm[16]; };
+BPF_HASH(comm_filter, struct comm_key, u8, 64);
+#endif
+
+static __always_inline void count(u32 idx)
+{
+	u64 *c = counters.lookup(&idx);
+	if (c)
+		(*c)++;
+}
+
+static __always_inline u32 ft_rol32(u32 w, u32 s) { return (w << s) | (w >> (32 - s)); }
+
+#define JHASH_MIX(a, b, c) {                        \
+	a -= c; a ^= ft_rol32(c, 4);  c += b;          \
+	b -= a; b ^= ft_rol32(a, 6);  a += c;          \
+	c -= b; c ^= ft_rol32(b, 8);  b += a;          \
+	a -= c; a ^= ft_rol32(c, 16); c += b;          \
+	b -= a; b ^= ft_rol32(a, 19); a += c;          \
+	c -= b; c ^= ft_rol32(b, 4);  b += a; }
+#define JHASH_FINAL(a, b, c) {                      \
+	c ^= b; c -= ft_rol32(b, 14);                  \
+	a ^= c; a -= ft_rol32(c, 11);                  \
+	b ^= a; b -= ft_rol32(a, 25);                  \
+	c ^= b; c -= ft_rol32(b, 16);                  \
+	a ^= c; a -= ft_rol32(c, 4);                   \
+	b ^= a; b -= ft_rol32(a, 14);                  \
+	c ^= b; c -= ft_rol32(b, 24); }
+#define JHASH_INITVAL_ 0xdeadbeef
+
+/* __futex_hash_private(): jhash2(&key->private.address, 2, key->both.offset) */
+static __always_inline u32 hash_private(u64 address, u32 offset)
+{
+	u32 a, b, c;
+	a = b = c = JHASH_INITVAL_ + (2 << 2) + offset;
+	b += (u32)(address >> 32);
+	a += (u32)address;
+	JHASH_FINAL(a, b, c);
+	return c;
+}
+
+/* __futex_hash(), global part: jhash2(key, 4 words {mm, address}, offset) */
+static __always_inline u32 hash_global(u64 mm, u64 address, u32 offset)
+{
+	u32 a, b, c;
+	a = b = c = JHASH_INITVAL_ + (4 << 2) + offset;
+	a += (u32)mm;
+	b += (u32)(mm >> 32);
+	c += (u32)address;
+	JHASH_MIX(a, b, c);
+	a += (u32)(address >> 32);
+	JHASH_FINAL(a, b, c);
+	return c;
+}
+
+/* Direct load through a BTF-typed kernel pointer (from bpf_get_current_task_btf()
+ * and the pointers loaded from it): the verifier checks the offset against the
+ * kernel's BTF and the JIT emits a plain load, several times cheaper than
+ * bpf_probe_read_kernel() on the hot path. */
+#define LOAD(type, base, off) (*(type *)((void *)(base) + (off)))
+
+static __always_inline u64 read_ptr(u64 addr)
+{
+	u64 v = 0;
+	if (bpf_probe_read_kernel(&v, sizeof(v), (void *)addr))
+		count(FTC_READ_FAULTS);
+	return v;
+}
+
+/* Filters compiled in only when asked for, so an unfiltered run pays nothing. */
+static __always_inline int task_wanted(u32 tgid, u32 tid)
+{
+#ifdef FILTER_TGID
+	if (!tgid_filter.lookup(&tgid))
+		return 0;
+#endif
+#ifdef FILTER_TID
+	if (!tid_filter.lookup(&tid))
+		return 0;
+#endif
+#ifdef FILTER_CGROUP
+	u64 cg = bpf_get_current_cgroup_id();
+	if (!cgroup_filter.lookup(&cg))
+		return 0;
+#endif
+#ifdef FILTER_COMM
+	struct comm_key ck = {};
+	bpf_get_current_comm(&ck.comm, sizeof(ck.comm));
+	if (!comm_filter.lookup(&ck))
+		return 0;
+#endif
+	return 1;
+}
+
+/* The private hash header: state (int) and hash_mask (uint) are adjacent
+ * (checked by the loader), so one 8-byte read fetches both. */
+struct fph_head { u32 state; u32 hash_mask; };
+
+static __always_inline void emit_hash_seen(u32 tgid, u64 mm, u64 hash)
+{
+	struct ft_event *e = events.ringbuf_reserve(sizeof(struct ft_event));
+	if (!e) {
+		count(FTC_LOST_EVENTS);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = bpf_ktime_get_ns();
+	e->type = FTE_HASH_SEEN;
+	e->tgid = tgid;
+	e->tid = (u32)bpf_get_current_pid_tgid();
+	e->cpu = bpf_get_smp_processor_id();
+	e->mm = mm;
+	e->hash = hash;
+	if (hash) {
+		struct fph_head h = {};
+		bpf_probe_read_kernel(&h, sizeof(h), (void *)(hash + OFF_FPH_STATE));
+		e->hash_mask = h.hash_mask;
+		e->state = h.state;
+		bpf_probe_read_kernel(&e->custom, 1, (void *)(hash + OFF_FPH_CUSTOM));
+	}
+	e->hash_new = read_ptr(mm + OFF_MM_PHASH_NEW);
+	bpf_get_current_comm(&e->comm, sizeof(e->comm));
+	events.ringbuf_submit(e, 0);
+}
+
+/* Resize detection: has this mm's private hash changed since we last looked?
+ * `ident` names the hash instance cheaply (size, custom, present); the per-CPU
+ * cache answers the common case without touching a shared map, and only a
+ * change reads the hash pointer itself for the event. */
+static __always_inline u64 current_mm(void)
+{
+	return read_ptr(bpf_get_current_task() + OFF_TASK_MM);
+}
+
+static __always_inline void check_hash(u32 tgid, u64 ident)
+{
+	u32 zero = 0;
+	struct last_seen *ls = last_hash.lookup(&zero);
+	if (!ls || (ls->tgid == tgid && ls->hash == ident))
+		return;
+	ls->tgid = tgid;
+	ls->hash = ident;
+	struct mm_seen *seen = mm_hash.lookup(&tgid);
+	if (seen && seen->hash == ident)
+		return;
+	struct mm_seen now = { .hash = ident };
+	mm_hash.update(&tgid, &now);
+	u64 mm = current_mm();
+	emit_hash_seen(tgid, mm, mm ? read_ptr(mm + OFF_MM_PHASH) : 0);
+}
+
+/* Add a cache slot's counts into the bounded `futexes` map. */
+static __always_inline void flush_slot(struct cache_slot *cs)
+{
+	struct futex_stat *st = futexes.lookup(&cs->key);
+	if (st) {
+		st->lookups += cs->st.lookups;
+		st->atomic_lookups += cs->st.atomic_lookups;
+	} else if (futexes.insert(&cs->key, &cs->st)) {
+		st = futexes.lookup(&cs->key);   /* lost a race to another insert? */
+		if (st) {
+			st->lookups += cs->st.lookups;
+			st->atomic_lookups += cs->st.atomic_lookups;
+		} else {
+			u32 idx = FTC_UNATTRIBUTED;
+			u64 *c = counters.lookup(&idx);
+			if (c)
+				*c += cs->st.lookups;
+		}
+	}
+}
+
+/*
+ * Count one lookup of `key`. The hot path touches only a per-CPU direct-mapped
+ * cache (an array: the verifier inlines its lookup); the hash map is updated
+ * when a slot is taken over by another futex. User space adds both up.
+ */
+static __always_inline void store_lookup(struct futex_stat_key *key, u32 h, u32 bucket, s32 node,
+					 u32 mask, u32 atomic, u32 kernel_bucket)
+{
+	u32 slot = (h ^ key->tgid) & (CACHE_SLOTS - 1);
+	struct cache_slot *cs = fcache.lookup(&slot);
+	if (!cs)
+		return;
+	if (cs->st.lookups && cs->key.uaddr == key->uaddr && cs->key.hash_mask == key->hash_mask &&
+	    cs->key.tgid == key->tgid && cs->key.kind == key->kind) {
+		cs->st.lookups++;
+		cs->st.atomic_lookups += atomic;
+		if (kernel_bucket != cs->st.kernel_bucket)
+			count(FTC_KERNEL_MISMATCH);
+		return;
+	}
+	if (cs->st.lookups)
+		flush_slot(cs);
+	cs->key = *key;
+	cs->st.lookups = 1;
+	cs->st.atomic_lookups = atomic;
+	cs->st.bucket = bucket;
+	cs->st.node = node;
+	cs->st.hash_mask = mask;
+	cs->st.kernel_bucket = kernel_bucket;
+}
+
+/*
+ * Account one futex key lookup as the kernel's __futex_hash() would do it.
+ * `hash` is mm's private hash (0: none), `hmask`/`hstate` its hash_mask and
+ * state; `flags_private` says the key is a
+ * private one (FUTEX_PRIVATE_FLAG / FUTEX2_PRIVATE); `node` is the NUMA node a
+ * futex2 call asked for (-1: none). Returns the bucket index or ~0.
+ */
+static __always_inline u32 account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask, u32 hstate,
+					  u64 uaddr, int flags_private, s32 node, u32 kernel_bucket)
+{
+	struct futex_stat_key key = {};
+	u32 offset = uaddr % PAGE_SIZE_;
+	u64 address = uaddr - offset;
+	u32 bucket = ~0, mask = 0, atomic = 0;
+	s32 bnode = -1;
+
+	key.tgid = tgid;
+	key.uaddr = uaddr;
+
+	if (hash && flags_private && node < 0) {
+		if (hmask) {
+			/* Private hash: one reference get and put around the lookup. */
+			mask = hmask;
+			atomic = hstate != 0;
+			u32 hp = hash_private(address, offset);
+			bucket = hp & mask;
+			key.kind = FT_PRIVATE;
+			key.hash_mask = mask;
+			count(FTC_PRIVATE);
+			store_lookup(&key, hp, bucket, -1, mask, atomic, kernel_bucket);
+			return bucket;
+		}
+	}
+	count(FTC_GLOBAL);
+	if (!flags_private) {
+		/* Shared key: inode or mm-shared; its hash input is not visible here. */
+		key.kind = FT_GLOBAL_SHARED;
+		store_lookup(&key, (u32)(uaddr >> 2), ~0, -1, 0, 0, kernel_bucket);
+		return ~0;
+	}
+	if (!mm)
+		mm = current_mm();
+	u32 h = hash_global(mm, address, offset);
+	bucket = h & GLOBAL_MASK;
+	if (node >= 0) {
+		key.kind = FT_GLOBAL_NUMA;
+		bnode = node;
+	} else {
+		key.kind = FT_GLOBAL;
+		bnode = (h >> GLOBAL_SHIFT) % NR_NODE_IDS;
+	}
+	store_lookup(&key, h, bucket, bnode, 0, 0, kernel_bucket);
+	return bucket;
+}
+
+static __always_inline void emit_task_event(u32 type, s64 arg0, s64 arg1, s64 ret)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	u64 mm = read_ptr((u64)task + OFF_TASK_MM);
+	struct ft_event *e = events.ringbuf_reserve(sizeof(struct ft_event));
+	if (!e) {
+		count(FTC_LOST_EVENTS);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = bpf_ktime_get_ns();
+	e->type = type;
+	e->tgid = id >> 32;
+	e->tid = (u32)id;
+	e->cpu = bpf_get_smp_processor_id();
+	e->mm = mm;
+	e->arg0 = arg0;
+	e->arg1 = arg1;
+	e->ret = ret;
+	u64 signal = read_ptr((u64)task + OFF_TASK_SIGNAL);
+	if (signal)
+		bpf_probe_read_kernel(&e->nr_threads, 4, (void *)(signal + OFF_SIGNAL_NR_THREADS));
+	if (mm) {
+		e->hash = read_ptr(mm + OFF_MM_PHASH);
+		e->hash_new = read_ptr(mm + OFF_MM_PHASH_NEW);
+	}
+	if (e->hash) {
+		struct fph_head h = {};
+		bpf_probe_read_kernel(&h, sizeof(h), (void *)(e->hash + OFF_FPH_STATE));
+		e->hash_mask = h.hash_mask;
+		e->state = h.state;
+		bpf_probe_read_kernel(&e->custom, 1, (void *)(e->hash + OFF_FPH_CUSTOM));
+	}
+	if (e->hash_new) {
+		bpf_probe_read_kernel(&e->hash_new_mask, 4, (void *)(e->hash_new + OFF_FPH_MASK));
+		bpf_probe_read_kernel(&e->new_custom, 1, (void *)(e->hash_new + OFF_FPH_CUSTOM));
+	}
+	bpf_get_current_comm(&e->comm, sizeof(e->comm));
+	events.ringbuf_submit(e, 0);
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * futextrace: the one definition of every map key/value and event shared by
+ * the BPF programs and the Python side. Python never restates these layouts:
+ * it reads them through the ctypes types BCC generates from this file, and the
+ * enum values through futextrace/layout.py, which parses this header.
+ */
+#ifndef FUTEXTRACE_H
+#define FUTEXTRACE_H
+
+/* Which hash a lookup went to (futex_stat_key.kind). */
+enum ft_kind {
+	FT_PRIVATE = 0,       /* the process's private hash, bucket computed */
+	FT_GLOBAL = 1,        /* global hash, private futex key: bucket computed */
+	FT_GLOBAL_SHARED = 2, /* global hash, shared futex key (inode/mm-shared): bucket unknown */
+	FT_GLOBAL_NUMA = 3,   /* FUTEX2_NUMA/MPOL futex: global hash on a chosen node */
+};
+
+/* futex_stat.node for a FUTEX2_NUMA futex that let the kernel pick the
+ * node of the CPU it ran on; resolved per CPU in user space. */
+#define FT_NODE_LOCAL (-2)
+
+/* Per-CPU counters (the `counters` array), index = enum ft_counter. */
+enum ft_counter {
+	FTC_PRIVATE = 0,      /* futex key lookups that went to a private hash */
+	FTC_GLOBAL,           /* ... that went to the global hash */
+	FTC_UNATTRIBUTED,     /* lookups whose futex could not be stored: map full */
+	FTC_LOST_EVENTS,      /* ring buffer full: events dropped */
+	FTC_REF_GET_PERCPU,   /* private hash reference taken on the per-CPU counter */
+	FTC_REF_GET_ATOMIC,   /* ... taken on the shared atomic (hash being replaced) */
+	FTC_REF_PUT_PERCPU,
+	FTC_REF_PUT_ATOMIC,
+	FTC_KERNEL_MISMATCH,  /* kprobe method: computed bucket != kernel's bucket */
+	FTC_READ_FAULTS,      /* a kernel/user read failed */
+	FTC_NR,
+};
+
+/* One entry per futex (per process, per hash instance): the bounded map
+ * `futexes`, a per-CPU hash so the traced hot path shares no cache line. */
+struct futex_stat_key {
+	u32 tgid;
+	u32 kind;             /* enum ft_kind */
+	u64 uaddr;            /* user address of the futex word */
+	u32 hash_mask;        /* private hash size - 1 (0: global); the bucket
+	                       * is a function of (uaddr, hash_mask) */
+	u32 pad;
+};
+
+struct futex_stat {
+	u64 lookups;
+	u64 atomic_lookups;   /* lookups while the private hash ref was in atomic mode */
+	u32 bucket;           /* bucket index in its table */
+	s32 node;             /* NUMA node of the bucket (global hash), -1 private */
+	u32 hash_mask;        /* private hash_mask (buckets-1), 0 for global */
+	u32 kernel_bucket;    /* kprobe method: the bucket the kernel returned, ~0 unknown */
+};
+
+/* A slot of the per-CPU direct-mapped cache in front of `futexes`. */
+struct cache_slot {
+	struct futex_stat_key key;
+	struct futex_stat st;
+};
+
+/* Events sent through the ring buffer (slow path only). */
+enum ft_event_type {
+	FTE_HASH_SEEN = 1,    /* first sight of a process's hash, or it changed (pivot) */
+	FTE_NEWTASK,          /* task created (copy_process done) */
+	FTE_EXIT,             /* task exited */
+	FTE_PRCTL_ENTER,      /* prctl(PR_FUTEX_HASH, ...) called */
+	FTE_PRCTL_EXIT,       /* ... and returned */
+	FTE_ALLOC_ENTER,      /* kprobe method: futex_hash_allocate(slots, flags) */
+	FTE_ALLOC_EXIT,
+	FTE_PIVOT,            /* kprobe method: __futex_pivot_hash(mm, new) returned */
+	FTE_ALLOC_DEFAULT,    /* kprobe method: futex_hash_allocate_default() called */
+};
+
+struct ft_event {
+	u64 ts;               /* bpf_ktime_get_ns() */
+	u32 type;             /* enum ft_event_type */
+	u32 tgid;
+	u32 tid;
+	u32 cpu;
+	u64 mm;
+	u64 hash;             /* current private hash pointer (0: none) */
+	u64 hash_new;         /* pending replacement hash (0: none) */
+	u32 hash_mask;
+	u32 hash_new_mask;
+	s64 arg0;             /* prctl/alloc: slots; newtask: clone flags low bits */
+	s64 arg1;             /* prctl: sub-command; alloc: flags; newtask: new tid */
+	s64 ret;              /* prctl/alloc/pivot result */
+	u32 nr_threads;       /* current->signal->nr_threads */
+	u8 custom;            /* hash->custom */
+	u8 new_custom;
+	u8 state;             /* hash->state (0 per-CPU, 1 atomic) */
+	u8 pad;
+	char comm[16];
+};
+
+#endif /* FUTEXTRACE_H */

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Tracepoint method: for kernels that refuse function tracing. The raw
+ * `sys_enter` tracepoint (cheaper than syscalls:sys_enter_futex) sees every
+ * futex syscall; the bucket is computed here with the kernel's own jhash2 over
+ * the key, reading current->mm's private hash with offsets from BTF.
+ *
+ * Blind spots (printed by the tool): futex ops issued by the kernel itself
+ * (io_uring futex ops, robust-list/exit wakes, PI handoffs), retries inside one
+ * syscall, and the bucket of shared (non-private) futexes.
+ */
+#include "futex_common.h"
+
+#define NR_futex 202
+#define NR_prctl 157
+#define NR_futex_waitv 449
+#define NR_futex_wake 454
+#define NR_futex_wait 455
+#define NR_futex_requeue 456
+#define PR_FUTEX_HASH_ 78
+#define FUTEX_WAITV_MAX_ 128
+/* Entries of one futex_waitv call accounted one by one; a bigger loop makes
+ * the verifier give up. The rest are counted as unattributed lookups. */
+#define WAITV_TRACED 8
+
+struct futex_waitv_ { u64 val; u64 uaddr; u32 flags; u32 reserved; };
+
+/* prctl(PR_FUTEX_HASH) calls in flight, by tid, so the exit side reports only ours. */
+BPF_HASH(prctl_pending, u32, u8, 1024);
+
+/* Node a FUTEX2_NUMA futex asks for: the u32 after the futex word (for u32 futexes). */
+static __always_inline s32 futex2_node(u64 uaddr, u32 flags)
+{
+	if (!(flags & FUTEX2_NUMA_))
+		return -1;
+	s32 node = -1;
+	u32 size = 1 << (flags & FUTEX2_SIZE_MASK_);
+	bpf_probe_read_user(&node, sizeof(node), (void *)(uaddr + size));
+	/* -1 = "this CPU's node": the values are per CPU, so user space resolves it. */
+	return node < 0 ? FT_NODE_LOCAL : node;
+}
+
+/* How many keys each futex(2) command hashes: uaddr, and uaddr2 for the
+ * two-futex commands; 0 for commands that fail before hashing. */
+static __always_inline int futex_cmd_keys(u32 cmd)
+{
+	switch (cmd) {
+	case 0: case 1: case 6: case 7: case 8: case 9: case 10: case 13:
+		return 1;
+	case 3: case 4: case 5: case 11: case 12:
+		return 2;
+	}
+	return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sys_enter)
+{
+	u64 nr = ctx->args[1];
+	if (nr != NR_futex && nr != NR_futex_wait && nr != NR_futex_wake &&
+	    nr != NR_futex_waitv && nr != NR_futex_requeue && nr != NR_prctl)
+		return 0;
+
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	if (!task_wanted(tgid, (u32)id))
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	void *regs = (void *)bpf_task_pt_regs(task);
+
+	if (nr == NR_prctl) {
+		if (LOAD(u64, regs, OFF_REGS_DI) == PR_FUTEX_HASH_) {
+			u32 tid = (u32)id;
+			u8 one = 1;
+			prctl_pending.update(&tid, &one);
+			emit_task_event(FTE_PRCTL_ENTER, LOAD(u64, regs, OFF_REGS_DX),
+					LOAD(u64, regs, OFF_REGS_SI), 0);
+		}
+		return 0;
+	}
+
+	/* Typed pointers may not enter arithmetic or maps: the hash instance is
+	 * named by (present, custom, hash_mask), and the mm address that the global
+	 * hash needs is read as a number only on that path (account_lookup). */
+	void *mmp = LOAD(void *, task, OFF_TASK_MM);
+	void *fph = mmp ? LOAD(void *, mmp, OFF_MM_PHASH) : 0;
+	u32 hmask = 0, hstate = 0;
+	u64 ident = 0;
+	if (fph) {
+		hmask = LOAD(u32, fph, OFF_FPH_MASK);
+		hstate = LOAD(u32, fph, OFF_FPH_STATE);
+		ident = (1ULL << 40) | ((u64)LOAD(u8, fph, OFF_FPH_CUSTOM) << 32) | hmask;
+	}
+	u64 hash = fph ? 1 : 0, mm = 0;
+	if (!mmp)
+		return 0;
+	check_hash(tgid, ident);
+
+	u64 uaddr = LOAD(u64, regs, OFF_REGS_DI);
+	u64 arg1 = LOAD(u64, regs, OFF_REGS_SI);
+	if (nr == NR_futex) {
+		u32 op = arg1;
+		int nkeys = futex_cmd_keys(op & ~(FUTEX_PRIVATE_FLAG_ | FUTEX_CLOCK_REALTIME_));
+		int priv = !!(op & FUTEX_PRIVATE_FLAG_);
+		if (nkeys == 0 || (uaddr & 3))
+			return 0;
+		account_lookup(tgid, mm, hash, hmask, hstate, uaddr, priv, -1, ~0);
+		if (nkeys == 2) {
+			u64 uaddr2 = LOAD(u64, regs, OFF_REGS_R8);
+			if (!(uaddr2 & 3))
+				account_lookup(tgid, mm, hash, hmask, hstate, uaddr2, priv, -1, ~0);
+		}
+		return 0;
+	}
+	if (nr == NR_futex_wait || nr == NR_futex_wake) {
+		/* futex_wake(uaddr, mask, nr, flags); futex_wait(uaddr, val, mask, flags, ...) */
+		u32 flags = LOAD(u64, regs, OFF_REGS_R10);
+		account_lookup(tgid, mm, hash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_),
+			       futex2_node(uaddr, flags), ~0);
+		return 0;
+	}
+	/* futex_waitv(waiters, nr, flags, ...) and futex_requeue(waiters[2], ...):
+	 * one key per struct futex_waitv entry. */
+	u32 n = nr == NR_futex_requeue ? 2 : (u32)arg1;
+	if (n > FUTEX_WAITV_MAX_)
+		return 0;
+	if (n > WAITV_TRACED) {
+		u32 idx = FTC_UNATTRIBUTED;
+		u64 *c = counters.lookup(&idx);
+		if (c)
+			*c += n - WAITV_TRACED;
+		idx = FTC_GLOBAL;   /* unknown hash: keep the total right */
+		c = counters.lookup(&idx);
+		if (c)
+			*c += n - WAITV_TRACED;
+	}
+	for (u32 i = 0; i < WAITV_TRACED; i++) {
+		if (i >= n)
+			break;
+		struct futex_waitv_ w = {};
+		if (bpf_probe_read_user(&w, sizeof(w), (void *)(uaddr + i * sizeof(w)))) {
+			count(FTC_READ_FAULTS);
+			break;
+		}
+		account_lookup(tgid, mm, hash, hmask, hstate, w.uaddr, !!(w.flags & FUTEX2_PRIVATE_),
+			       futex2_node(w.uaddr, w.flags), ~0);
+	}
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_prctl)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	/* Only answers to our prctl: the enter side recorded it by tid. */
+	u32 tid = (u32)id;
+	u8 *pending = prctl_pending.lookup(&tid);
+	if (!pending)
+		return 0;
+	prctl_pending.delete(&tid);
+	emit_task_event(FTE_PRCTL_EXIT, 0, 0, args->ret);
+	return 0;
+}
+
+/* Raw tracepoints for the task events: no tracefs format needed, and they run
+ * only on task creation/exit, never on the futex path. current = the parent. */
+RAW_TRACEPOINT_PROBE(task_newtask)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 child = 0;
+	bpf_probe_read_kernel(&child, 4, (void *)(ctx->args[0] + OFF_TASK_PID));
+	u64 flags = ctx->args[1];
+#ifdef FOLLOW_FORKS
+	/* A new process forked by a traced one is traced too. */
+	u32 tgid = id >> 32;
+	if (!(flags & CLONE_THREAD_) && tgid_filter.lookup(&tgid)) {
+		u8 one = 1;
+		tgid_filter.update(&child, &one);
+	}
+#endif
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	emit_task_event(FTE_NEWTASK, flags, child, 0);
+	return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_process_exit)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	emit_task_event(FTE_EXIT, 0, 0, 0);
+	return 0;
+}

@@ -1,0 +1,60 @@
+"""`futextrace record`: trace the futex hash of a command or of running processes."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..errors import EXIT_CODES_HELP, FileProblem, TargetError
+from ..output import open_output, write_json
+
+EXAMPLES = """\b
+Examples:
+  futextrace record -- ./myservice        # trace a command until it exits
+  futextrace record -p 1234 -d 10         # trace PID 1234 for 10 seconds
+  futextrace record -i 1 -T               # everything, per-second rates with timestamps
+  futextrace record --json out.json -- perf bench futex hash -r 2
+"""
+
+
+@click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP,
+               context_settings={"ignore_unknown_options": False})
+@click.option("-p", "--pid", "pids", type=int, multiple=True, help="trace this process (repeatable)")
+@click.option("--tid", "tids", type=int, multiple=True, help="trace only this thread (repeatable)")
+@click.option("--comm", "comms", multiple=True, help="trace only tasks with this name (repeatable)")
+@click.option("--cgroup", "cgroups", multiple=True, help="trace only tasks in this cgroup v2 path")
+@click.option("--hash", "hash_kind", type=click.Choice(["all", "private", "global"]), default="all",
+              show_default=True, help="report lookups of this hash only")
+@click.option("-d", "--duration", type=float, help="stop after this many seconds")
+@click.option("-i", "--interval", type=float, help="print rates every INTERVAL seconds")
+@click.option("-T", "--timestamps", is_flag=True, help="timestamps on interval lines")
+@click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False),
+              help="write per-interval JSON lines here ('-' = stdout)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the recording as JSON")
+@click.option("--method", type=click.Choice(["auto", "fentry", "kprobe", "tracepoint"]), default="auto",
+              show_default=True)
+@click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=65536, show_default=True,
+              help="distinct futexes kept; beyond that lookups are counted as unattributed")
+@click.option("-q", "--quiet", is_flag=True, help="no text summary (with --json)")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,
+            json_path, method, max_futexes, quiet, command):
+    """Trace futex hash lookups, refcount traffic and resizes.
+
+    With -- COMMAND, starts the command and traces it (and processes it forks)
+    until it exits; with -p, traces running processes; with neither, traces
+    every process until Ctrl-C or --duration."""
+    from ..record import RecordOptions, record_command, record_pids
+    from ..render import render_text
+    json_out = open_output(json_path) if json_path else None
+    jsonl = open_output(jsonl_path) if jsonl_path else None
+    opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),
+                         hash_kind=hash_kind, duration=duration, interval=interval, method=method,
+                         max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl)
+    rec = record_command(list(command), opts) if command else record_pids(opts)
+    if not quiet:
+        click.echo(render_text(rec))
+    if json_out:
+        write_json(json_out, rec)
+    if rec.get("error"):
+        raise TargetError(rec["error"])

@@ -1,0 +1,185 @@
+"""Compile and attach futextrace's BPF programs for one attach method.
+
+The kernel model (BTF + kallsyms) supplies every offset as a -D macro; the
+filters the user asked for are compiled in, the others compiled out, so an
+unfiltered run pays nothing for them. `Program.close()` detaches everything,
+and is also registered to run at interpreter exit.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass, field
+
+from .errors import EnvironmentProblem, KernelRefused
+from .headers import bcc_environment
+from .layout import bpf_dir
+
+METHODS = ("fentry", "kprobe", "tracepoint")
+CACHE_SLOTS = 4096  # per-CPU direct-mapped cache in front of the futexes map (power of two)
+
+# What each method cannot see, printed with every recording.
+BLIND_SPOTS = {
+    "tracepoint": [
+        "futex operations the kernel issues itself (io_uring futex ops, robust-list and exit wakes)",
+        "retries inside one syscall (each syscall key counts once)",
+        "the bucket of shared (non-private) futexes: their hash input (inode or mm-shared key) is not visible",
+        "refcount traffic is inferred: one get and one put per private-hash lookup, atomic when the hash state is atomic",
+        "the pivot of a deferred resize is seen at the process's next futex call, not at the kernel's pivot",
+    ],
+    "kprobe": [
+        "refcount gets/puts of inlined helpers are counted at their nearest probed caller",
+    ],
+    "fentry": [
+        "functions returning a struct by value (futex_hash on 7.2+) are traced with kprobes",
+    ],
+}
+
+
+@dataclass
+class Filters:
+    pids: list[int] = field(default_factory=list)
+    tids: list[int] = field(default_factory=list)
+    comms: list[str] = field(default_factory=list)
+    cgroup_ids: list[int] = field(default_factory=list)
+    follow_forks: bool = True
+
+
+def _need(model, key: str) -> int:
+    val = model.offsets.get(key)
+    if val is None:
+        raise EnvironmentProblem(
+            f"this kernel's BTF has no {key}: futextrace cannot trace its futex hash "
+            "(run `futextrace doctor` for details)")
+    return int(val)
+
+
+def cflags_for(model, method: str, filters: Filters, max_futexes: int) -> list[str]:
+    off = {
+        "OFF_TASK_MM": _need(model, "task_struct.mm"),
+        "OFF_TASK_SIGNAL": _need(model, "task_struct.signal"),
+        "OFF_TASK_PID": _need(model, "task_struct.pid"),
+        "OFF_SIGNAL_NR_THREADS": _need(model, "signal_struct.nr_threads"),
+        "OFF_MM_PHASH": _need(model, "mm_struct.futex_phash"),
+        "OFF_MM_PHASH_NEW": _need(model, "mm_struct.futex_phash_new"),
+        "OFF_FPH_MASK": _need(model, "futex_private_hash.hash_mask"),
+        "OFF_FPH_CUSTOM": _need(model, "futex_private_hash.custom"),
+        "OFF_FPH_MM": _need(model, "futex_private_hash.mm"),
+        "OFF_FPH_QUEUES": _need(model, "futex_private_hash.queues"),
+        "OFF_REGS_DI": _need(model, "pt_regs.di"),
+        "OFF_REGS_SI": _need(model, "pt_regs.si"),
+        "OFF_REGS_DX": _need(model, "pt_regs.dx"),
+        "OFF_REGS_R10": _need(model, "pt_regs.r10"),
+        "OFF_REGS_R8": _need(model, "pt_regs.r8"),
+    }
+    state = model.offsets.get("futex_private_hash.state")
+    # One 8-byte read fetches {state, hash_mask}; needs them adjacent (6.17+).
+    if state is None or off["OFF_FPH_MASK"] != state + 4:
+        raise EnvironmentProblem("unexpected struct futex_private_hash layout "
+                                 "(state/hash_mask not adjacent): unsupported kernel")
+    off["OFF_FPH_STATE"] = state
+    off["BUCKET_SIZE"] = int(model.sizes["futex_hash_bucket"])
+    g = model.global_hash
+    off["GLOBAL_MASK"] = g.buckets_per_node - 1
+    off["GLOBAL_SHIFT"] = g.shift
+    off["NR_NODE_IDS"] = max(1, len(model.topology.nodes) and max(model.topology.nodes) + 1)
+    if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
+        raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
+    off["MAX_FUTEXES"] = max_futexes
+    off["CACHE_SLOTS"] = CACHE_SLOTS
+    off["RINGBUF_PAGES"] = 256
+    flags = [f"-D{k}={v}" for k, v in off.items()]
+    if filters.pids:
+        flags.append("-DFILTER_TGID")
+        if filters.follow_forks:
+            flags.append("-DFOLLOW_FORKS")
+    if filters.tids:
+        flags.append("-DFILTER_TID")
+    if filters.cgroup_ids:
+        flags.append("-DFILTER_CGROUP")
+    if filters.comms:
+        flags.append("-DFILTER_COMM")
+    flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
+    return flags
+
+
+def source_for(method: str) -> str:
+    """The program text with futex_common.h pasted in: BCC rewrites map calls
+    (`map.lookup()`) only in the main text, never in #included files."""
+    name = {"tracepoint": "trace_tp.bpf.c", "kprobe": "trace_kprobe.bpf.c",
+            "fentry": "trace_kprobe.bpf.c"}[method]
+    common = (bpf_dir() / "futex_common.h").read_text()
+    return (bpf_dir() / name).read_text().replace('#include "futex_common.h"', common, 1)
+
+
+class Program:
+    """A loaded, attached set of futextrace probes. Use as a context manager."""
+
+    def __init__(self, model, method: str, filters: Filters | None = None,
+                 max_futexes: int = 65536, extra_cflags: list[str] | None = None):
+        if method not in METHODS:
+            raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
+        if os.geteuid() != 0:
+            raise EnvironmentProblem("futextrace needs root (CAP_BPF and CAP_PERFMON): run it with sudo")
+        bcc_environment()
+        from bcc import BPF  # after bcc_environment(): BCC reads the header path at compile time
+        self.method = method
+        self.filters = filters or Filters()
+        self.probes: list[str] = []
+        cflags = cflags_for(model, method, self.filters, max_futexes) + (extra_cflags or [])
+        self._bpf = None
+        try:
+            self._bpf = BPF(text=source_for(method), cflags=cflags)
+        except Exception as e:  # BCC raises bare Exceptions for compile/load/attach errors
+            raise KernelRefused(f"the kernel refused the {method} programs: {str(e).splitlines()[0]}")
+        atexit.register(self.close)
+        self._fill_filters()
+        if method == "tracepoint":
+            self.probes = ["raw_tracepoint:sys_enter", "tracepoint:syscalls:sys_exit_prctl",
+                           "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
+        else:
+            from .kprobes import attach_kprobes
+            try:
+                self.probes = attach_kprobes(self._bpf, model, method)
+            except Exception:
+                self.close()
+                raise
+
+    @property
+    def bpf(self):
+        return self._bpf
+
+    def _fill_filters(self):
+        import ctypes as ct
+        f = self.filters
+        one = ct.c_uint8(1)
+        for table, keys in (("tgid_filter", f.pids), ("tid_filter", f.tids),
+                            ("cgroup_filter", f.cgroup_ids)):
+            if keys:
+                t = self._bpf[table]
+                for k in keys:
+                    t[t.Key(k)] = one
+        if f.comms:
+            t = self._bpf["comm_filter"]
+            for c in f.comms:
+                key = t.Key()
+                key.comm = c.encode()[:15]
+                t[key] = one
+
+    def add_pid(self, pid: int):
+        import ctypes as ct
+        t = self._bpf["tgid_filter"]
+        t[t.Key(pid)] = ct.c_uint8(1)
+
+    def close(self):
+        if self._bpf is not None:
+            try:
+                self._bpf.cleanup()
+            finally:
+                self._bpf = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,248 @@
+"""`futextrace record`: attach, collect, detach, aggregate.
+
+The Recorder owns the loaded programs: every exit path (end of duration, the
+traced command exiting, SIGINT/SIGTERM/SIGHUP, an error) goes through
+`Program.close()`, and the kernel drops the programs by itself if this process
+is SIGKILLed (BCC holds them only through file descriptors and perf links).
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import datetime as dt
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+from . import kmodel, targets
+from .aggregate import build_recording
+from .errors import EnvironmentProblem, TargetError, UsageError
+from .layout import COUNTER, EVENT
+from .loader import BLIND_SPOTS, Filters, Program
+
+POLL_MS = 100
+
+
+@dataclass
+class RecordOptions:
+    pids: list[int] = field(default_factory=list)
+    tids: list[int] = field(default_factory=list)
+    comms: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    hash_kind: str = "all"            # all | private | global
+    duration: float | None = None
+    interval: float | None = None
+    method: str = "auto"
+    max_futexes: int = 65536
+    timestamps: bool = False
+    jsonl: object | None = None       # file object for per-interval JSON lines
+    live_out: object | None = None    # where per-interval text goes (None: stdout)
+
+
+def choose_method(model, requested: str) -> tuple[str, str]:
+    """(method, why). `auto` takes what doctor proves works here."""
+    from .doctor import probe_methods, recommended_method
+    statuses = {s.name: s for s in probe_methods(model)}
+    if requested != "auto":
+        s = statuses.get(requested)
+        if s is None or not s.works:
+            why = s.reason if s else "unknown method"
+            raise EnvironmentProblem(f"method {requested} is not available here: {why} "
+                                     "(run `futextrace doctor`, or use --method auto)")
+        return requested, "asked for with --method"
+    best = recommended_method(list(statuses.values()), model)
+    if best is None:
+        raise EnvironmentProblem("no attach method works on this kernel: run `futextrace doctor`")
+    if best not in ("kprobe", "fentry", "tracepoint"):
+        best = "tracepoint"
+    if best == "fentry":
+        best = "kprobe"  # futex_hash needs kretprobes where it returns a struct; see loader.BLIND_SPOTS
+    refused = "; ".join(f"{n}: {s.reason}" for n, s in statuses.items() if not s.works)
+    return best, f"best method that works here{' (' + refused + ')' if refused else ''}"
+
+
+class Recorder:
+    def __init__(self, opts: RecordOptions, model=None):
+        if opts.duration is not None and opts.duration <= 0:
+            raise UsageError("-d/--duration must be more than 0 seconds")
+        if opts.interval is not None and opts.interval <= 0:
+            raise UsageError("-i/--interval must be more than 0 seconds")
+        self.opts = opts
+        self.model = model or kmodel.load()
+        if not self.model.private_hash:
+            raise EnvironmentProblem("this kernel has no futex private hash (CONFIG_FUTEX_PRIVATE_HASH, "
+                                     "Linux 6.17+): nothing for futextrace to show")
+        self.method, self.why = choose_method(self.model, opts.method)
+        self.filters = Filters(pids=list(opts.pids), tids=list(opts.tids), comms=list(opts.comms),
+                               cgroup_ids=[targets.cgroup_id(c) for c in opts.cgroups])
+        self.program: Program | None = None
+        self.events: list[dict] = []
+        self.intervals: list[dict] = []
+        self.t0_ns = 0
+        self.comms: dict[int, str] = {}
+        self._stop = False
+        self._last_totals = {}
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self):
+        self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes)
+        b = self.program.bpf
+        b["events"].open_ring_buffer(self._on_event)
+        self.t0_ns = time.monotonic_ns()
+        self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+    def add_pid(self, pid: int):
+        self.program.add_pid(pid)
+
+    def stop(self, *_):
+        self._stop = True
+
+    def close(self):
+        if self.program is not None:
+            self.program.close()
+            self.program = None
+
+    def _on_event(self, ctx, data, size):
+        e = self.program.bpf["events"].event(data)
+        ev = {name: getattr(e, name) for name, _ in e._fields_ if name != "pad"}
+        ev["comm"] = e.comm.decode(errors="replace")
+        ev["t"] = (e.ts - self.t0_ns) / 1e9
+        del ev["ts"]
+        self.comms.setdefault(e.tgid, ev["comm"])
+        self.events.append(ev)
+
+    # -- the loop ------------------------------------------------------------
+    def run(self, until=None) -> float:
+        """Poll until the duration ends, `until()` says so, or a signal arrives.
+        Returns the recording's duration in seconds."""
+        old = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            start = time.monotonic()
+            next_tick = start + self.opts.interval if self.opts.interval else None
+            while not self._stop:
+                self.program.bpf.ring_buffer_poll(POLL_MS)
+                now = time.monotonic()
+                if next_tick and now >= next_tick:
+                    self._interval_report(now - start)
+                    next_tick += self.opts.interval
+                if self.opts.duration and now - start >= self.opts.duration:
+                    break
+                if until is not None and until():
+                    break
+            self.program.bpf.ring_buffer_poll(0)
+            return time.monotonic() - start
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def counters(self) -> dict[str, list[int]]:
+        table = self.program.bpf["counters"]
+        out = {}
+        for name, idx in COUNTER.items():
+            if name == "FTC_NR":
+                continue
+            out[name.removeprefix("FTC_")] = list(table[ct.c_int(idx)])
+        return out
+
+    def _interval_report(self, elapsed: float):
+        from .render import interval_line
+        c = {k: sum(v) for k, v in self.counters().items()}
+        prev = self._last_totals or {k: 0 for k in c}
+        delta = {k: c[k] - prev.get(k, 0) for k in c}
+        self._last_totals = c
+        row = {"t": round(elapsed, 3), "interval_s": self.opts.interval,
+               "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
+               "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
+               "lost_events": delta["LOST_EVENTS"],
+               "resize_events": sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])}
+        self.intervals.append(row)
+        print(interval_line(row, self.opts.timestamps), file=self.opts.live_out, flush=True)
+        if self.opts.jsonl:
+            self.opts.jsonl.write(json.dumps(row) + "\n")
+            self.opts.jsonl.flush()
+
+    def dump(self) -> dict:
+        """Everything the kernel side holds, as plain data (see aggregate.py)."""
+        b = self.program.bpf
+        futexes = []
+
+        def add(k, per_cpu_vals):
+            futexes.append({"tgid": k.tgid, "kind": k.kind, "uaddr": k.uaddr, "hash_mask": k.hash_mask,
+                            "per_cpu": [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket]
+                                        for v in per_cpu_vals]})
+        for k, vals in b["futexes"].items():
+            add(k, vals)
+        # The per-CPU cache holds the counts not yet flushed into `futexes`.
+        for _, slots in b["fcache"].items():
+            for cpu, s in enumerate(slots):
+                if s.st.lookups:
+                    per_cpu = [type(s.st)() for _ in slots]
+                    per_cpu[cpu] = s.st
+                    add(s.key, per_cpu)
+        return {"counters": self.counters(), "futexes": futexes, "events": self.events,
+                "intervals": self.intervals}
+
+    def recording(self, duration: float) -> dict:
+        raw = self.dump()
+        if self.opts.hash_kind != "all":
+            keep = ("private",) if self.opts.hash_kind == "private" else ("global", "global_shared", "global_numa")
+            from .aggregate import KIND_NAMES
+            raw["futexes"] = [f for f in raw["futexes"] if KIND_NAMES.get(f["kind"]) in keep]
+        topo = self.model.topology
+        g = self.model.global_hash
+        kernel = {"release": self.model.release, "online_cpus": topo.online_cpus,
+                  "cpu_node": {str(k): v for k, v in topo.cpu_node.items()}, "nodes": topo.nodes,
+                  "global_hash": {"buckets_per_node": g.buckets_per_node, "shift": g.shift,
+                                  "nodes": g.nodes, "source": g.source},
+                  "clone_rule": self.model.clone_rule, "hash_returns": self.model.hash_returns,
+                  "mm_layout": self.model.mm_layout}
+        method = {"name": self.method, "why": self.why, "blind_spots": BLIND_SPOTS[self.method],
+                  "probes": self.program.probes}
+        for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
+            self.comms.setdefault(pid, targets.comm_of(pid))
+        return build_recording(raw, kernel, method, duration, self.started_at, self.comms)
+
+
+def record_pids(opts: RecordOptions, model=None) -> dict:
+    """Trace running processes (or everything when no filter is given)."""
+    for pid in opts.pids:
+        targets.check_pid(pid)
+    for tid in opts.tids:
+        targets.check_tid(tid)
+    rec = Recorder(opts, model)
+    rec.start()
+    try:
+        alive = lambda: all(targets.alive(p) for p in opts.pids)
+        duration = rec.run(until=(lambda: not alive()) if opts.pids else None)
+        result = rec.recording(duration)
+        gone = [p for p in opts.pids if not targets.alive(p)]
+    finally:
+        rec.close()
+    if gone:
+        result["error"] = f"PID {gone[0]} exited during tracing"
+    return result
+
+
+def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
+    """Start `argv`, trace it (and what it forks) until it exits."""
+    child = targets.StoppedChild(argv)   # forked, waits for go() before exec
+    try:
+        opts.pids = [child.pid] + list(opts.pids)
+        rec = Recorder(opts, model)
+        rec.start()
+    except BaseException:
+        child.kill()
+        raise
+    try:
+        child.go()
+        duration = rec.run(until=child.exited)
+        if not child.exited():
+            child.kill()
+        result = rec.recording(duration)
+        result["command"] = {"argv": argv, "pid": child.pid, "exit_status": child.status()}
+        result["command"]["stdout_tail"] = child.output_tail()
+    finally:
+        rec.close()
+        child.kill()
+    return result

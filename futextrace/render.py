@@ -1,0 +1,107 @@
+"""Text output of a recording (used by `record`, `bench` and `report`)."""
+from __future__ import annotations
+
+import time
+
+from .errno_names import errno_name
+
+
+def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:
+    """Like BCC's print_log2_hist: `low -> high : count |****|`."""
+    if not rows:
+        return [f"     {label:<19}: count     distribution", "     (empty)"]
+    top = max(r["count"] for r in rows) or 1
+    out = [f"     {label:<19}: count     distribution"]
+    for r in rows:
+        stars = "*" * int(width * r["count"] / top)
+        out.append(f"{r['low']:>10} -> {r['high']:<10}: {r['count']:<9} |{stars:<{width}}|")
+    return out
+
+
+def _buckets_desc(h: dict) -> str:
+    if h["kind"] == "private":
+        return f"private hash, {h['buckets']} buckets"
+    if h["kind"] == "global_shared":
+        return "global hash (shared futexes)"
+    return f"global hash ({h['kind']}), {h['buckets']} buckets"
+
+
+def _hash_section(h: dict) -> list[str]:
+    lines = [f"  {_buckets_desc(h)}: {h['lookups']} lookups, {h['distinct_futexes']} distinct futexes"]
+    if "imbalance" not in h:
+        lines.append(f"    {h.get('note', '')}")
+        return lines
+    im = h["imbalance"]
+    lines.append(f"    buckets used {im['used']} of {im['buckets']}; max/mean {im['max_over_mean']:.2f}; "
+                 f"CV {im['cv']:.2f}; collisions {h['collisions']} futexes share a bucket")
+    lines += ["", *("    " + l for l in log2_hist(h["lookups_per_bucket_hist"], "lookups/bucket")), ""]
+    lines += [*("    " + l for l in log2_hist(h["futexes_per_bucket_hist"], "futexes/bucket")), ""]
+    lines.append("    hottest buckets:")
+    lines.append(f"    {'bucket':>8} {'node':>4} {'lookups':>12} {'futexes':>7}  addresses")
+    for b in h["hottest"]:
+        node = "-" if b["node"] is None else str(b["node"])
+        lines.append(f"    {b['bucket']:>8} {node:>4} {b['lookups']:>12} {b['futexes']:>7}  "
+                     + " ".join(b["addresses"][:4]) + (" ..." if b["futexes"] > 4 else ""))
+    return lines
+
+
+def render_text(rec: dict) -> str:
+    t = rec["totals"]
+    m = rec["method"]
+    out = [f"futextrace: method {m['name']} ({m['why']})",
+           f"  probes: {', '.join(m['probes'])}",
+           "  cannot see: " + "; ".join(m["blind_spots"]),
+           "",
+           f"Lookups: {t['lookups']} in {rec['duration_s']:.2f} s ({t['lookups_per_s']:.0f}/s); "
+           f"private hash {t['private']}, global hash {t['global']}"]
+    if t["unattributed"]:
+        out.append(f"  {t['unattributed']} lookups not attributed to a futex: map full "
+                   "(raise --max-futexes)")
+    if t["lost_events"]:
+        out.append(f"  {t['lost_events']} events lost: ring buffer full")
+    if t.get("read_faults"):
+        out.append(f"  {t['read_faults']} kernel/user reads failed")
+    if t.get("kernel_mismatch"):
+        out.append(f"  {t['kernel_mismatch']} lookups where the computed bucket differed from the kernel's")
+    for p in rec["processes"]:
+        out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']} lookups"]
+        for h in p["hashes"]:
+            out += _hash_section(h)
+    out += ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
+    for r in rec["per_cpu"]:
+        out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} {r['atomic']:>8}")
+    out += ["Per node:", f"  {'node':>4} {'cpus':>10} {'lookups':>12} {'private':>12} {'global':>12}"]
+    for r in rec["per_node"]:
+        cpus = ",".join(map(str, r["cpus"]))
+        out.append(f"  {r['node']:>4} {cpus:>10} {r['lookups']:>12} {r['private']:>12} {r['global']:>12}")
+    rc = rec["refcount"]
+    out += ["", f"Refcount ({rc['source']}):",
+            f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
+            f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic"]
+    out += ["", "Resizes:"]
+    if not rec["resizes"]:
+        out.append("  none seen")
+    for r in rec["resizes"]:
+        res = "ok" if r["result"] == 0 else errno_name(r["result"])
+        if r["trigger"] == "clone":
+            why = (f"clone with {r['threads']} threads, {r['online_cpus']} online CPUs -> formula "
+                   f"{r['requested']}")
+        else:
+            why = f"prctl(PR_FUTEX_HASH_SET_SLOTS, {r['requested']})"
+        pend = "pending" if r["pivot_t"] is None and r["result"] == 0 else (
+            f"took over after {r['pending_s'] * 1000:.3f} ms" if r["pending_s"] is not None else "")
+        out.append(f"  +{r['t']:.3f}s PID {r['pid']} {why}: {res}, "
+                   f"{r['old_buckets'] or 'global/none'} -> {r['new_buckets'] or 'global'} buckets {pend}".rstrip())
+    return "\n".join(out)
+
+
+def interval_line(row: dict, timestamps: bool) -> str:
+    ts = time.strftime("%H:%M:%S ") if timestamps else ""
+    rate = row["lookups"] / row["interval_s"] if row["interval_s"] else 0
+    extra = ""
+    if row["unattributed"]:
+        extra += f" unattributed {row['unattributed']}"
+    if row["lost_events"]:
+        extra += f" lost {row['lost_events']}"
+    return (f"{ts}+{row['t']:.1f}s lookups/s {rate:,.0f} (private {row['private']}, "
+            f"global {row['global']}){extra}")
