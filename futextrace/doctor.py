@@ -1,0 +1,285 @@
+"""What works here: the kernel model, and each attach method proven by a real load.
+
+Nothing is guessed from versions or feature flags: `BPF.support_kfunc()` says True
+on kernels that refuse every fentry load, so each method loads (and attaches) a
+tiny program, fires it with one futex call where it can, and detaches at once.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import kmodel, prctl
+from .errors import EnvironmentProblem
+
+KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
+TRACEFS = Path("/sys/kernel/tracing")
+PREFERENCE = ["fentry", "kprobe", "tracepoint", "raw_tracepoint"]
+LABELS = {"fentry": "fentry/fexit", "kprobe": "kprobe/kretprobe",
+          "tracepoint": "tracepoint", "raw_tracepoint": "raw tracepoint"}
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+
+# BCC turns EPERM into this text; map its messages back to errno names.
+_BCC_MESSAGES = {"Need super-user privileges to run": "EPERM"}
+_ERRNO_BY_TEXT = {os.strerror(e): errno.errorcode[e] for e in errno.errorcode}
+
+
+@dataclass
+class MethodStatus:
+    name: str          # "fentry" | "kprobe" | "tracepoint" | "raw_tracepoint"
+    works: bool
+    reason: str        # plain words: what was tried and what happened
+    target: str = ""   # function or tracepoint that was tried
+    fired: int | None = None   # hits counted while one futex call ran (None: not counted)
+
+
+# --- helpers ----------------------------------------------------------------
+def _errno_of(exc: Exception) -> str:
+    msg = str(exc)
+    for text, name in _BCC_MESSAGES.items():
+        if text in msg:
+            return name
+    for text, name in _ERRNO_BY_TEXT.items():
+        if msg.endswith(text):
+            return name
+    return ""
+
+
+@contextmanager
+def _quiet_stderr():
+    """libbcc and clang write straight to fd 2; keep that out of the report but
+    hand it back (as a list of lines) for the reasons."""
+    captured: list[str] = []
+    with tempfile.TemporaryFile(mode="w+") as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            captured.extend(ln.strip() for ln in tmp.read().splitlines() if ln.strip())
+
+
+def _futex_call() -> None:
+    """One FUTEX_WAKE_PRIVATE on a local word: enough to fire every futex hook."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    word = ctypes.c_uint32(0)
+    libc.syscall(202, ctypes.byref(word), 129, 1, None, None, 0)
+
+
+def ensure_tracefs() -> None:
+    """Tracepoint attach needs tracefs; some machines do not mount it at boot."""
+    if (TRACEFS / "events").is_dir():
+        return
+    subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
+                   capture_output=True, check=False)
+
+
+def capabilities() -> dict:
+    caps = 0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                caps = int(line.split()[1], 16)
+    except OSError:
+        pass
+    has = lambda bit: bool(caps >> bit & 1)  # noqa: E731
+    return {"root": os.geteuid() == 0, "CAP_SYS_ADMIN": has(CAP_SYS_ADMIN),
+            "CAP_BPF": has(CAP_BPF), "CAP_PERFMON": has(CAP_PERFMON)}
+
+
+def require_privileges(caps: dict | None = None) -> dict:
+    caps = caps or capabilities()
+    if not (caps["CAP_SYS_ADMIN"] or (caps["CAP_BPF"] and caps["CAP_PERFMON"])):
+        raise EnvironmentProblem("futextrace needs root (or CAP_BPF and CAP_PERFMON) to load "
+                                 "BPF programs: run it with sudo")
+    return caps
+
+
+def require_private_hash(model: kmodel.KernelModel) -> None:
+    if not model.private_hash:
+        raise EnvironmentProblem(
+            "this kernel has no private futex hash (needs Linux 6.17+ with "
+            "CONFIG_FUTEX_PRIVATE_HASH): run futextrace on a newer kernel")
+
+
+def _bpf_class():
+    from .headers import bcc_environment
+    bcc_environment()
+    from bcc import BPF
+
+    class ManualBPF(BPF):
+        # BCC attaches kfunc__/tracepoint__ programs inside BPF(); a failure there
+        # would leave a half-built object we could not clean up. We attach ourselves.
+        def _trace_autoload(self):
+            pass
+
+    return BPF, ManualBPF
+
+
+def require_bpf() -> None:
+    """A socket filter is the least any BPF use needs; if it is refused, nothing loads."""
+    BPF, Manual = _bpf_class()
+    with _quiet_stderr() as err:
+        try:
+            b = Manual(text=b"int f(void *ctx) { return 0; }")
+        except Exception as e:   # noqa: BLE001 - BCC raises bare Exception
+            raise EnvironmentProblem(
+                f"BCC could not compile a test program ({str(e).splitlines()[0]}); "
+                "run scripts/bootstrap.sh to install BCC and kernel headers") from None
+        try:
+            b.load_func(b"f", BPF.SOCKET_FILTER)
+        except Exception as e:   # noqa: BLE001
+            code = _errno_of(e) or str(e)
+            raise EnvironmentProblem(
+                f"the kernel refused a minimal BPF program ({code}): run as root on a "
+                "machine (or container) that allows bpf()") from None
+        finally:
+            b.cleanup()
+    del err
+
+
+# Counts hits from this process only, so "fired" proves our own futex call was seen.
+COUNTER = """BPF_ARRAY(hits, u64, 1);
+static inline void hit(void) {
+    if ((bpf_get_current_pid_tgid() >> 32) != %d) return;
+    int k = 0; u64 *v = hits.lookup(&k); if (v) __sync_fetch_and_add(v, 1);
+}
+"""
+
+
+def _try(text: str, attach) -> tuple[bool, str, int | None]:
+    """Compile `text`, attach with attach(b), fire one futex call, count, clean up."""
+    _BPF, Manual = _bpf_class()
+    with _quiet_stderr() as err:
+        b = None
+        try:
+            b = Manual(text=(COUNTER % os.getpid() + text).encode())
+            attach(b)
+            _futex_call()
+            fired = sum(v.value for v in b[b"hits"].values())
+            return True, "", fired
+        except Exception as e:   # noqa: BLE001 - BCC raises bare Exception
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return False, msg, None
+        finally:
+            if b is not None:
+                b.cleanup()   # detaches everything it attached
+
+
+# --- the methods ------------------------------------------------------------
+def _hash_targets(model: kmodel.KernelModel) -> list[str]:
+    return [n for n in ("futex_hash", "__futex_hash") if model.probeable(n)]
+
+
+def probe_fentry(model: kmodel.KernelModel) -> MethodStatus:
+    fh = model.functions.get("futex_hash")
+    notes = []
+    if fh and fh.return_kind == "struct":
+        notes.append(f"futex_hash returns {fh.return_type} by value: fentry/fexit cannot attach to it")
+    # fexit needs the return value: a pointer-returning lookup with BTF and a symbol.
+    cands = [n for n in ("futex_hash", "__futex_hash")
+             if model.functions[n].in_btf and model.functions[n].has_symbol
+             and model.functions[n].return_kind == "pointer"]
+    if not cands:
+        notes.append("no futex hash lookup function with BTF, a symbol and a pointer return")
+        return MethodStatus("fentry", False, "; ".join(notes))
+    target = cands[0]
+    text = (f"KFUNC_PROBE({target}) {{ hit(); return 0; }}\n"
+            f"KRETFUNC_PROBE({target}) {{ return 0; }}\n")
+    ok, msg, fired = _try(text, lambda b: (b.attach_kfunc(fn_name=f"kfunc__{target}".encode()),
+                                           b.attach_kretfunc(fn_name=f"kretfunc__{target}".encode())))
+    if not ok:
+        code = _errno_of(Exception(msg))
+        why = (f"the kernel refused fentry programs ({code})" if code in ("EPERM", "EACCES")
+               else f"loading fentry/fexit on {target} failed: {msg}")
+        return MethodStatus("fentry", False, "; ".join([why, *notes]), target)
+    notes.insert(0, f"fentry+fexit on {target} loaded and attached")
+    return MethodStatus("fentry", True, "; ".join(notes), target, fired)
+
+
+def probe_kprobe(model: kmodel.KernelModel) -> MethodStatus:
+    targets = _hash_targets(model)
+    if not targets:
+        return MethodStatus("kprobe", False, "futex_hash and __futex_hash are inlined (no symbol)")
+    sym = model.functions[targets[0]].symbol
+    text = "int on_entry(struct pt_regs *ctx) { hit(); return 0; }\nint on_return(struct pt_regs *ctx) { return 0; }\n"
+    ok, msg, fired = _try(text, lambda b: (b.attach_kprobe(event=sym.encode(), fn_name=b"on_entry"),
+                                           b.attach_kretprobe(event=sym.encode(), fn_name=b"on_return")))
+    if not KPROBE_PMU.exists():
+        why = f"kernel built without CONFIG_KPROBES (no {KPROBE_PMU})"
+        return MethodStatus("kprobe", ok, why if not ok else f"{why}, yet attaching worked", sym, fired)
+    if not ok:
+        return MethodStatus("kprobe", False, f"attaching a kprobe/kretprobe to {sym} failed: {msg}", sym)
+    return MethodStatus("kprobe", True, f"kprobe+kretprobe on {sym} loaded and attached", sym, fired)
+
+
+def probe_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
+    ensure_tracefs()
+    tp = "syscalls:sys_enter_futex"
+    text = "int on_tp(void *ctx) { hit(); return 0; }\n"
+    ok, msg, fired = _try(text, lambda b: b.attach_tracepoint(tp=tp.encode(), fn_name=b"on_tp"))
+    if not ok:
+        return MethodStatus("tracepoint", False, f"attaching to {tp} failed: {msg}", tp)
+    return MethodStatus("tracepoint", True, f"{tp} loaded and attached", tp, fired)
+
+
+def probe_raw_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
+    tp = "sys_enter"
+    text = "int on_raw(struct bpf_raw_tracepoint_args *ctx) { if (ctx->args[1] == 202) hit(); return 0; }\n"
+    ok, msg, fired = _try(text, lambda b: b.attach_raw_tracepoint(tp=tp.encode(), fn_name=b"on_raw"))
+    if not ok:
+        return MethodStatus("raw_tracepoint", False, f"attaching to raw tracepoint {tp} failed: {msg}", tp)
+    return MethodStatus("raw_tracepoint", True, f"raw tracepoint {tp} loaded and attached", tp, fired)
+
+
+def probe_methods(model: kmodel.KernelModel) -> list[MethodStatus]:
+    """Each attach method, proven by a real load+attach on the running kernel."""
+    return [probe_fentry(model), probe_kprobe(model), probe_tracepoint(model),
+            probe_raw_tracepoint(model)]
+
+
+def recommended_method(statuses: list[MethodStatus], model: kmodel.KernelModel) -> str | None:
+    """fentry if it works for the lookup, then kprobe, then the tracepoints (which
+    see only the syscall, so bucket choice is recomputed from the key)."""
+    works = {s.name for s in statuses if s.works}
+    for name in PREFERENCE:
+        if name in works:
+            return name
+    return None
+
+
+# --- the report ---------------------------------------------------------------
+def prctl_status() -> dict:
+    try:
+        return {"works": True, "get_slots": prctl.get_slots()}
+    except OSError as e:
+        return {"works": False, "error": f"{errno.errorcode.get(e.errno, e.errno)}: {e.strerror}"}
+
+
+def headers_status() -> dict:
+    from .headers import find_header_tree
+    t = find_header_tree(prepare=True)
+    if t is None:
+        return {"path": None, "version": None, "matches_running": False}
+    return {"path": str(t.path), "version": t.version, "source": t.source,
+            "matches_running": t.matches_running}
+
+
+def run(btf_path: str | None = None) -> dict:
+    """Everything `doctor` reports. Raises FutextraceError for the fatal cases."""
+    caps = require_privileges()
+    model = kmodel.load(btf_path=btf_path, live=btf_path is None)
+    require_bpf()
+    statuses = probe_methods(model)
+    return {"kernel": model.to_dict(), "privileges": caps, "headers": headers_status(),
+            "prctl": prctl_status(), "methods": [asdict(s) for s in statuses],
+            "recommended": recommended_method(statuses, model), "_model": model}
