@@ -1,0 +1,52 @@
+"""`futextrace report`: render a saved recording again, as text, PNGs or one HTML page."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import EXIT_CODES_HELP, FileProblem
+
+EXAMPLES = """\b
+Examples:
+  futextrace record --json run.json -q -- ./myservice
+  futextrace report run.json                      # the text summary again
+  futextrace report run.json --plot plots/        # bucket distribution, heat map, resizes
+  futextrace report run.json --html run.html      # one self-contained page
+"""
+
+
+@click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
+              help="write PNG pictures into this directory (created if missing)")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="write one HTML page with the text and the pictures embedded")
+@click.option("-q", "--quiet", is_flag=True, help="no text on stdout")
+def command(file, plot_dir, html_path, quiet):
+    """Render a recording saved with `futextrace record --json FILE`."""
+    from ..render import render_text
+    from ..report import load_recording, write_html
+    rec = load_recording(file)
+    text = render_text(rec)
+    if not quiet:
+        click.echo(text)
+    images = []
+    if plot_dir or html_path:
+        from ..plots_recording import plot_recording
+        tmp = None if plot_dir else tempfile.TemporaryDirectory(prefix="futextrace-report-")
+        out = Path(plot_dir) if plot_dir else Path(tmp.name)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise FileProblem(f"cannot create {out}: {e.strerror}")
+        images = plot_recording(rec, out)
+        if plot_dir:
+            for p in images:
+                click.echo(f"wrote {p}", err=True)
+    if html_path:
+        write_html(html_path, f"futextrace report: {Path(file).name}", text, images)
+        click.echo(f"wrote {html_path}", err=True)
+    if images and not plot_dir:
+        tmp.cleanup()

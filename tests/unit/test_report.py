@@ -1,0 +1,108 @@
+"""`futextrace report`: recognising recordings, the text again, the pictures, the HTML page.
+No root, no BPF: works on the saved sample recordings."""
+import base64
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from futextrace.errors import EXIT_IO, FileProblem
+from futextrace.render import render_text
+from futextrace.report import load_recording
+
+DATA = Path(__file__).parent.parent / "data"
+SAMPLES = [DATA / "recording-tp-64.json", DATA / "recording-tp-auto.json"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "futextrace.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _with_resizes(tmp_path) -> Path:
+    """A sample with a clone resize, a deferred prctl resize and a refused one."""
+    rec = json.loads(SAMPLES[1].read_text())
+    base = rec["resizes"][0]
+    rec["resizes"] += [
+        {**base, "t": 0.1, "trigger": "prctl", "requested": 128, "custom": True, "old_buckets": 16,
+         "new_buckets": 128, "pivot_t": 0.15, "pending_s": 0.05},
+        {**base, "t": 0.3, "trigger": "prctl", "requested": 3, "custom": True, "result": -22,
+         "old_buckets": 128, "new_buckets": None, "pivot_t": None, "pending_s": None},
+    ]
+    p = tmp_path / "resizes.json"
+    p.write_text(json.dumps(rec))
+    return p
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_samples_load_and_render(path):
+    rec = load_recording(str(path))
+    assert "Lookups:" in render_text(rec)
+
+
+@pytest.mark.parametrize("content, why", [
+    ("not json at all", "not JSON"),
+    ("[1, 2]", "schema is 'list'"),
+    ('{"schema": "something-else", "schema_version": 1}', "schema is 'something-else'"),
+    ('{"schema": "futextrace-recording", "schema_version": 99}', "schema_version 99"),
+    ('{"schema": "futextrace-recording", "schema_version": 1}', "missing method"),
+])
+def test_not_a_recording(tmp_path, content, why):
+    p = tmp_path / "x.json"
+    p.write_text(content)
+    with pytest.raises(FileProblem) as e:
+        load_recording(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p} is not a futextrace recording (") and why in msg
+    assert "\n" not in msg and e.value.exit_code == EXIT_IO
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileProblem, match="cannot read"):
+        load_recording(str(tmp_path / "nope.json"))
+
+
+def test_cli_text_matches_render(tmp_path):
+    r = _cli("report", SAMPLES[0])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == render_text(load_recording(str(SAMPLES[0]))).strip()
+
+
+def test_cli_bad_file_one_line_exit_5(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text('{"hello": 1}')
+    r = _cli("report", p)
+    assert r.returncode == EXIT_IO
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not a futextrace recording" in lines[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_cli_plots_and_html(tmp_path):
+    src = _with_resizes(tmp_path)
+    out = tmp_path / "plots"
+    page = tmp_path / "r.html"
+    r = _cli("report", src, "--plot", out, "--html", page, "-q")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["buckets.png", "cpu-heatmap.png", "resizes.png"]
+    for p in out.iterdir():
+        assert p.read_bytes().startswith(PNG) and p.stat().st_size > 10_000
+    html = page.read_text()
+    imgs = html.count('src="data:image/png;base64,')
+    assert imgs == 3 and "Lookups:" in html and "<script" not in html
+    first = html.split('src="data:image/png;base64,', 1)[1].split('"', 1)[0]
+    assert base64.b64decode(first).startswith(PNG)
+
+
+def test_plots_without_lookups_or_resizes(tmp_path):
+    """An empty recording still draws (with a note), rather than failing."""
+    rec = copy.deepcopy(json.loads(SAMPLES[0].read_text()))
+    rec["processes"], rec["resizes"], rec["per_cpu"] = [], [], []
+    from futextrace.plots_recording import plot_recording
+    paths = plot_recording(rec, tmp_path)
+    assert all(p.read_bytes().startswith(PNG) for p in paths)
