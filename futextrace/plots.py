@@ -40,13 +40,18 @@ def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
     for name, p in ref.items():
         color, ls = styles.get(name, ("gray", "-."))
         y = p["avg_ops_per_sec"] / scale
-        band = p["avg_ops_per_sec"] * p["stddev_pct"] / 100 / scale
+        runs = p.get("runs_ops_per_sec") or []
+        if len(runs) > 1:   # same meaning as the points' bars: spread over repeated runs
+            lo, hi = min(runs) / scale, max(runs) / scale
+        else:
+            band = p["avg_ops_per_sec"] * p["stddev_pct"] / 100 / scale
+            lo, hi = y - band, y + band
         used = "" if p["slots"] is None else (
             f", {p['slots']} buckets" if p["slots"] > 0 else ", global")
         label = "global hash" if name == "global" else f"auto (kernel-sized{used})"
         ax.axhline(y, color=color, ls=ls, lw=1.6, label=f"{label}: {y:.2f} M")
-        if band > 0:
-            ax.axhspan(y - band, y + band, color=color, alpha=0.12, lw=0)
+        if hi > lo:
+            ax.axhspan(lo, hi, color=color, alpha=0.08, lw=0)
         if name == "auto" and p["slots"] and num:
             # mark where the automatic size sits on the x axis
             ax.plot([p["slots"]], [y], marker="D", ms=7, color=color, ls="none")
@@ -60,7 +65,8 @@ def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
     ax.set_ylim(bottom=0, top=max(_all_y(points, scale), default=1) * 1.15)
     opts = sweep.get("options", {})
     kind = "shared" if opts.get("shared") else "private"
-    ax.set_title(title or f"futex hash throughput: {opts.get('threads')} threads x "
+    n = opts.get("threads")
+    ax.set_title(title or f"futex hash throughput: {n} thread{'' if n == 1 else 's'} x "
                  f"{opts.get('futexes')} {kind} futexes, {opts.get('runtime'):g} s per run"
                  + (f", median of {opts['repeat']}" if opts.get("repeat", 1) > 1 else ""))
     ax.grid(True, which="major", alpha=0.3)
