@@ -161,34 +161,3 @@ TRACEPOINT_PROBE(syscalls, sys_exit_prctl)
 	emit_task_event(FTE_PRCTL_EXIT, 0, 0, args->ret);
 	return 0;
 }
-
-/* Raw tracepoints for the task events: no tracefs format needed, and they run
- * only on task creation/exit, never on the futex path. current = the parent. */
-RAW_TRACEPOINT_PROBE(task_newtask)
-{
-	u64 id = bpf_get_current_pid_tgid();
-	u32 child = 0;
-	bpf_probe_read_kernel(&child, 4, (void *)(ctx->args[0] + OFF_TASK_PID));
-	u64 flags = ctx->args[1];
-#ifdef FOLLOW_FORKS
-	/* A new process forked by a traced one is traced too. */
-	u32 tgid = id >> 32;
-	if (!(flags & CLONE_THREAD_) && tgid_filter.lookup(&tgid)) {
-		u8 one = 1;
-		tgid_filter.update(&child, &one);
-	}
-#endif
-	if (!task_wanted(id >> 32, (u32)id))
-		return 0;
-	emit_task_event(FTE_NEWTASK, flags, child, 0);
-	return 0;
-}
-
-RAW_TRACEPOINT_PROBE(sched_process_exit)
-{
-	u64 id = bpf_get_current_pid_tgid();
-	if (!task_wanted(id >> 32, (u32)id))
-		return 0;
-	emit_task_event(FTE_EXIT, 0, 0, 0);
-	return 0;
-}

@@ -99,6 +99,9 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int) -> list[s
         flags.append("-DFILTER_CGROUP")
     if filters.comms:
         flags.append("-DFILTER_COMM")
+    if method != "tracepoint":
+        from .kprobes import cflags as kprobe_cflags
+        flags += kprobe_cflags(model)
     flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
     return flags
 

@@ -25,6 +25,7 @@ def buckets_of(mask: int, present: bool) -> int:
 class _Proc:
     def __init__(self):
         self.hash = None        # kernel address of the hash in use (None: unknown yet)
+        self.seen = False       # a hash state was recorded (NEWTASK/prctl alone set `hash`)
         self.buckets = 0
         self.custom = False
         self.pending = None     # open resize entry waiting for its pivot
@@ -36,6 +37,10 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
     gsize = kernel.get("global_hash", {}).get("buckets_per_node")
     procs: dict[int, _Proc] = {}
     resizes, threads, states = [], [], []
+    # With the kprobe method futex_hash_allocate() itself is probed: its
+    # events replace the resizes inferred from clone()/prctl().
+    probed = {e["tgid"] for e in events if e["type"] == EVENT["FTE_ALLOC_ENTER"]}
+    FH_CUSTOM = 1
 
     def settle(p: _Proc, ev: dict, new_hash: int, buckets: int, custom: bool):
         """The process now runs on `new_hash`: close a pending resize."""
@@ -52,7 +57,10 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
         p = procs.setdefault(ev["tgid"], _Proc())
         now_buckets = buckets_of(ev["hash_mask"], bool(ev["hash"]))
         if typ == EVENT["FTE_HASH_SEEN"]:
-            first = p.hash is None
+            # Not `p.hash is None`: a NEWTASK or prctl before the first futex call
+            # sets p.hash, and the process would then never get a state.
+            first = not p.seen
+            p.seen = True
             if first or ev["hash"] != p.hash:
                 states.append({"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"],
                                "buckets": now_buckets, "custom": bool(ev["custom"]),
@@ -70,7 +78,7 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
             new_pending = buckets_of(ev["hash_new_mask"], bool(ev["hash_new"])) if ev["hash_new"] else None
             changed = old_hash is not None and ev["hash"] != old_hash
             first_alloc = old_hash in (None, 0) and ev["hash"] and now_buckets
-            if changed or first_alloc or (new_pending and (p.pending is None)):
+            if ev["tgid"] not in probed and (changed or first_alloc or (new_pending and p.pending is None)):
                 formula = auto_buckets(before, online, gsize) if online and gsize else None
                 r = {"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "clone",
                      "clone_flags": flags, "threads": before, "online_cpus": online,
@@ -93,7 +101,7 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
                 p.hash, p.buckets, p.custom = ev["hash"], now_buckets, bool(ev["custom"])
         elif typ == EVENT["FTE_PRCTL_EXIT"]:
             enter = p.prctl.pop(ev["tid"], None)
-            if enter is None or enter["arg1"] != PR_FUTEX_HASH_SET_SLOTS:
+            if enter is None or enter["arg1"] != PR_FUTEX_HASH_SET_SLOTS or ev["tgid"] in probed:
                 continue
             old_buckets = buckets_of(enter["hash_mask"], bool(enter["hash"]))
             r = {"t": enter["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "prctl",
@@ -108,4 +116,32 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
                 r["pending_s"] = round(ev["t"] - enter["t"], 6)
             resizes.append(r)
             settle(p, ev, ev["hash"], now_buckets, bool(ev["custom"]))
+        elif typ == EVENT["FTE_ALLOC_ENTER"]:
+            p.prctl[("alloc", ev["tid"])] = ev
+        elif typ == EVENT["FTE_ALLOC_EXIT"]:
+            enter = p.prctl.pop(("alloc", ev["tid"]), None)
+            if enter is None:
+                continue
+            custom = bool(enter["arg1"] & FH_CUSTOM)
+            old = buckets_of(enter["hash_mask"], bool(enter["hash"]))
+            r = {"t": enter["t"], "pid": ev["tgid"], "comm": ev["comm"],
+                 "trigger": "prctl" if custom else "clone", "clone_flags": None,
+                 "threads": enter["nr_threads"], "online_cpus": online, "requested": enter["arg0"],
+                 "custom": custom, "result": ev["ret"], "old_buckets": old, "new_buckets": old,
+                 "pivot_t": None, "pending_s": None}
+            if ev["ret"] == 0:
+                if ev["hash"] != enter["hash"] and not ev["hash_new"]:
+                    r["new_buckets"], r["pivot_t"], r["pending_s"] = now_buckets, ev["t"], round(ev["t"] - enter["t"], 6)
+                    p.hash, p.buckets = ev["hash"], now_buckets
+                elif ev["hash_new"]:
+                    r["new_buckets"] = buckets_of(ev["hash_new_mask"], True)
+                    p.pending = r
+                else:
+                    r["new_buckets"] = old   # nothing to do: already this size
+            resizes.append(r)
+        elif typ == EVENT["FTE_PIVOT"]:
+            if ev["ret"] and p.pending is not None:
+                r = p.pending
+                r["pivot_t"], r["pending_s"] = ev["t"], round(ev["t"] - r["t"], 6)
+                p.pending = None
     return {"resizes": resizes, "threads": threads, "hash_states": states}

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * kprobe method: probes on the futex hash functions themselves, for kernels
+ * with CONFIG_KPROBES (Debian's). Attach points are chosen by
+ * futextrace/kprobes.py from the kernel model; this file is compiled with
+ * HASH_RETURNS_REF (futex_hash returns struct futex_bucket_ref {hb, fph} by
+ * value, 7.2+: hb in rax, fph in rdx) or BUCKET_HAS_PRIV (6.17-7.1: the bucket
+ * points at its private hash through hb->priv).
+ *
+ * Each lookup is accounted like the tracepoint method does (jhash2 over the
+ * key) and the kernel's own bucket, (hb - fph->queues) / sizeof(*hb), is kept
+ * beside it: FTC_KERNEL_MISMATCH counts lookups where the two differ.
+ */
+#include <uapi/linux/ptrace.h>
+#include "futex_common.h"
+
+#define FUT_OFF_INODE_ 1
+#define FUT_OFF_MMSHARED_ 2
+
+/* union futex_key as the kernel passes it to futex_hash(). */
+struct key_copy {
+	u64 ptr;      /* private.mm / shared.i_seq */
+	u64 word;     /* private.address / shared.pgoff */
+	u32 offset;   /* page offset | FUT_OFF_* */
+	s32 node;
+};
+BPF_HASH(inflight, u64, struct key_copy, 10240);
+
+int kp_futex_hash(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	struct key_copy k = {};
+	bpf_probe_read_kernel(&k, sizeof(k), (void *)PT_REGS_PARM1(ctx));
+	inflight.update(&id, &k);
+	return 0;
+}
+
+int kr_futex_hash(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct key_copy *k = inflight.lookup(&id);
+	if (!k)
+		return 0;
+	struct key_copy key = *k;
+	inflight.delete(&id);
+
+	u64 hb = PT_REGS_RC(ctx);
+#ifdef HASH_RETURNS_REF
+	u64 fph = ctx->dx;
+#else
+	u64 fph = 0;
+#ifdef BUCKET_HAS_PRIV
+	fph = read_ptr(hb + OFF_HB_PRIV);
+#endif
+#endif
+	u32 mask = 0, state = 0, kbucket = ~0;
+	if (fph) {
+		struct fph_head h = {};
+		bpf_probe_read_kernel(&h, sizeof(h), (void *)(fph + OFF_FPH_STATE));
+		mask = h.hash_mask;
+		state = h.state;
+		kbucket = (hb - fph - OFF_FPH_QUEUES) / BUCKET_SIZE;
+		/* futex_hash() took a reference on the private hash for this lookup. */
+		count(state ? FTC_REF_GET_ATOMIC : FTC_REF_GET_PERCPU);
+	}
+	int priv = !(key.offset & (FUT_OFF_INODE_ | FUT_OFF_MMSHARED_));
+	u64 uaddr = key.word + (key.offset & ~3U);
+	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv,
+		       key.node, kbucket);
+	return 0;
+}
+
+/* futex_private_hash(mm): the other way a reference is taken (waitv, exit). */
+int kr_futex_private_hash(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	u64 fph = PT_REGS_RC(ctx);
+	if (!fph)
+		return 0;
+	u32 state = 0;
+	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
+	count(state ? FTC_REF_GET_ATOMIC : FTC_REF_GET_PERCPU);
+	return 0;
+}
+
+int kp_futex_private_hash_put(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	u64 fph = PT_REGS_PARM1(ctx);
+	if (!fph)
+		return 0;
+	u32 state = 0;
+	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
+	count(state ? FTC_REF_PUT_ATOMIC : FTC_REF_PUT_PERCPU);
+	return 0;
+}
+
+/* futex_hash_allocate(hash_slots, flags): every resize request. */
+BPF_HASH(alloc_args, u64, struct key_copy, 1024);
+
+int kp_futex_hash_allocate(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	emit_task_event(FTE_ALLOC_ENTER, (u32)PT_REGS_PARM1(ctx), (u32)PT_REGS_PARM2(ctx), 0);
+	return 0;
+}
+
+int kr_futex_hash_allocate(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	emit_task_event(FTE_ALLOC_EXIT, 0, 0, (s32)PT_REGS_RC(ctx));
+	return 0;
+}
+
+/* __futex_pivot_hash(mm, new): true when `new` took over. */
+int kr_futex_pivot_hash(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	emit_task_event(FTE_PIVOT, 0, 0, PT_REGS_RC(ctx) & 1);
+	return 0;
+}
