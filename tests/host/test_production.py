@@ -1,0 +1,174 @@
+"""Production safety of `futextrace record` on the real kernel: nothing stays attached
+after any way of ending, and bad input gets one line and the documented exit code.
+
+Programs are compared by ID (`bpftool prog list` before, during, after), not by name:
+other tools on the host may load programs with the same names meanwhile.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from futextrace.errors import EXIT_IO, EXIT_TARGET, EXIT_USAGE
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
+              pytest.mark.skipif(not shutil.which("bpftool"), reason="needs bpftool"),
+              pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF")]
+
+CLI = [sys.executable, "-m", "futextrace.cli"]
+
+
+def prog_ids() -> set[int]:
+    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True,
+                         check=True).stdout
+    return {p["id"] for p in json.loads(out or "[]")}
+
+
+def wait_until(cond, timeout: float, step: float = 0.1):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return cond()
+
+
+def descendants(pid: int) -> list[int]:
+    """All descendants of `pid`, from /proc/*/task/*/children."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                kids = [int(k) for k in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+@pytest.fixture(scope="module")
+def workload():
+    from futextrace.workload.build import workload_path
+    return str(workload_path())
+
+
+def _no_leftovers(ours: set[int]):
+    """The programs our run added are gone (the kernel frees them shortly after the last fd)."""
+    left = wait_until(lambda: not (ours & prog_ids()), timeout=10)
+    assert left, f"BPF programs left attached: {sorted(ours & prog_ids())}"
+
+
+def _start(workload, seconds: float, before: set[int]):
+    """Start a recording and return once its loop runs: the first -i line on stdout
+    (the doctor's probe programs come and go earlier, during start-up)."""
+    p = subprocess.Popen([*CLI, "record", "-i", "0.5", "--", workload, "-t", "2", "-r", str(seconds)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline()
+    assert "lookups/s" in first, p.stderr.read() if p.poll() is not None else first
+    ours = prog_ids() - before
+    assert ours, "futextrace runs but no program of its own is loaded"
+    return p, ours
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=lambda s: s.name)
+def test_signal_detaches_and_reports(workload, sig):
+    before = prog_ids()
+    p, ours = _start(workload, 60, before)
+    kids = descendants(p.pid)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "Lookups:" in out and "Traceback" not in err
+    assert not [k for k in kids if Path(f"/proc/{k}").exists()
+                and "Z" not in Path(f"/proc/{k}/stat").read_text().split(") ")[-1][:1]], \
+        "the traced command outlived the tracer"
+    _no_leftovers(ours)
+
+
+def test_sigkill_leaves_nothing(workload):
+    before = prog_ids()
+    p, ours = _start(workload, 60, before)
+    kids = descendants(p.pid)
+    p.kill()
+    p.wait(timeout=30)
+    # The orphaned workload is ours to end (it also holds the pipe's write end).
+    for k in kids:
+        try:
+            os.kill(k, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.communicate(timeout=30)
+    _no_leftovers(ours)
+
+
+def test_command_exit_detaches(workload):
+    before = prog_ids()
+    p = subprocess.Popen([*CLI, "record", "--", workload, "-t", "2", "-r", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ours = wait_until(lambda: prog_ids() - before, timeout=60)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "Lookups:" in out
+    assert ours
+    _no_leftovers(ours)
+
+
+@pytest.fixture
+def not_a_recording(tmp_path):
+    p = tmp_path / "other.json"
+    p.write_text('{"schema": "something-else", "schema_version": 1}')
+    return str(p)
+
+
+BAD_INPUT = [
+    ("missing-pid", ["record", "-p", "4194304", "-d", "1"], EXIT_TARGET, "no process with PID"),
+    ("kernel-thread", ["record", "-p", "2", "-d", "1"], EXIT_TARGET, "kernel thread"),
+    ("bad-cgroup", ["record", "--cgroup", "/no/such/cgroup", "-d", "1"], EXIT_TARGET,
+     "not a cgroup v2 directory"),
+    ("interval-0", ["record", "-i", "0", "-d", "1"], EXIT_USAGE, "interval"),
+    ("interval-negative", ["record", "-i", "-1", "-d", "1"], EXIT_USAGE, "interval"),
+    ("duration-0", ["record", "-d", "0"], EXIT_USAGE, "duration"),
+    ("unwritable-output", ["record", "--json", "/nonexistent/x.json", "-d", "1"], EXIT_IO,
+     "cannot write /nonexistent/x.json"),
+    ("command-cannot-start", ["record", "--", "/nonexistent"], EXIT_TARGET, "cannot start"),
+    ("not-a-recording", ["report", "{not_a_recording}"], EXIT_IO, "is not a futextrace recording"),
+]
+
+
+@pytest.mark.parametrize("name, args, code, words", BAD_INPUT, ids=[b[0] for b in BAD_INPUT])
+def test_bad_input_one_line(name, args, code, words, not_a_recording):
+    args = [a.replace("{not_a_recording}", not_a_recording) for a in args]
+    before = prog_ids()
+    # Watch for programs while it runs: a failed start must not leave one behind either.
+    p = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = set()
+    while p.poll() is None:
+        seen |= prog_ids() - before
+        time.sleep(0.05)
+    out, err = p.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert p.returncode == code, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("futextrace: error: ") and words in lines[0], lines[0]
+    assert "Traceback" not in err
+    _no_leftovers(seen)
+    # The documented code is in --help.
+    assert f"  {code}  " in subprocess.run([*CLI, args[0], "--help"], capture_output=True,
+                                           text=True).stdout
