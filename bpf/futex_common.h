@@ -213,26 +213,42 @@ static __always_inline void flush_slot(struct cache_slot *cs)
 	}
 }
 
+static __always_inline int slot_hit(struct cache_slot *cs, struct futex_stat_key *key, u32 atomic,
+				    u32 kernel_bucket)
+{
+	if (!cs->st.lookups || cs->key.uaddr != key->uaddr || cs->key.hash_mask != key->hash_mask ||
+	    cs->key.tgid != key->tgid || cs->key.kind != key->kind)
+		return 0;
+	cs->st.lookups++;
+	cs->st.atomic_lookups += atomic;
+	if (kernel_bucket != cs->st.kernel_bucket)
+		count(FTC_KERNEL_MISMATCH);
+	return 1;
+}
+
 /*
- * Count one lookup of `key`. The hot path touches only a per-CPU direct-mapped
- * cache (an array: the verifier inlines its lookup); the hash map is updated
- * when a slot is taken over by another futex. User space adds both up.
+ * Count one lookup of `key`. The hot path touches only a per-CPU two-way
+ * set-associative cache (an array: the verifier inlines its lookups); the
+ * bounded hash map is updated only when a slot is taken over by another
+ * futex. User space adds both up.
  */
 static __always_inline void store_lookup(struct futex_stat_key *key, u32 h, u32 bucket, s32 node,
 					 u32 mask, u32 atomic, u32 kernel_bucket)
 {
-	u32 slot = (h ^ key->tgid) & (CACHE_SLOTS - 1);
-	struct cache_slot *cs = fcache.lookup(&slot);
-	if (!cs)
+	u32 s0 = (h ^ key->tgid) & (CACHE_SLOTS - 1), s1 = s0 ^ 1;
+	struct cache_slot *a = fcache.lookup(&s0);
+	if (!a)
 		return;
-	if (cs->st.lookups && cs->key.uaddr == key->uaddr && cs->key.hash_mask == key->hash_mask &&
-	    cs->key.tgid == key->tgid && cs->key.kind == key->kind) {
-		cs->st.lookups++;
-		cs->st.atomic_lookups += atomic;
-		if (kernel_bucket != cs->st.kernel_bucket)
-			count(FTC_KERNEL_MISMATCH);
+	if (slot_hit(a, key, atomic, kernel_bucket))
 		return;
-	}
+	struct cache_slot *b = fcache.lookup(&s1);
+	if (!b)
+		return;
+	if (slot_hit(b, key, atomic, kernel_bucket))
+		return;
+	/* Miss: take an empty way, else evict the way with fewer lookups. */
+	struct cache_slot *cs = !a->st.lookups ? a : (!b->st.lookups ? b :
+				(a->st.lookups <= b->st.lookups ? a : b));
 	if (cs->st.lookups)
 		flush_slot(cs);
 	cs->key = *key;
