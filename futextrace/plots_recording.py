@@ -115,7 +115,8 @@ def plot_resizes(rec: dict, path: Path) -> Path:
         ys.append(ys[-1])
         ax.step(xs, ys, where="post", color=c, lw=2, label=f"PID {pid} ({rs[0]['comm']})")
         for r in rs:
-            asked = r["new_buckets"] or r["requested"] or 0
+            # A refused prctl keeps new_buckets == old_buckets: draw it at what was asked.
+            asked = (r["new_buckets"] if r["result"] == 0 else r["requested"]) or r["requested"] or 0
             if r["result"] == 0:
                 ax.plot(r["t"], asked, "o", mfc="none", mec=c, ms=9, label=once("requested"))
                 if r["pivot_t"] is not None:

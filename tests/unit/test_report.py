@@ -31,7 +31,7 @@ def _with_resizes(tmp_path) -> Path:
         {**base, "t": 0.1, "trigger": "prctl", "requested": 128, "custom": True, "old_buckets": 16,
          "new_buckets": 128, "pivot_t": 0.15, "pending_s": 0.05},
         {**base, "t": 0.3, "trigger": "prctl", "requested": 3, "custom": True, "result": -22,
-         "old_buckets": 128, "new_buckets": None, "pivot_t": None, "pending_s": None},
+         "old_buckets": 128, "new_buckets": 128, "pivot_t": None, "pending_s": None},
     ]
     p = tmp_path / "resizes.json"
     p.write_text(json.dumps(rec))
