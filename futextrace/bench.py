@@ -187,23 +187,25 @@ def trace_command(argv: list[str], options: dict) -> tuple[int, str, str, dict |
     us whatever the recorder does with stdio; `exec` keeps the traced PID.
     Returns (returncode, stdout, stderr, recording, note)."""
     try:
-        record_command = importlib.import_module("futextrace.record").record_command
+        record = importlib.import_module("futextrace.record")
+        record_command = record.record_command
     except (ModuleNotFoundError, AttributeError) as e:
         if isinstance(e, ModuleNotFoundError) and e.name != "futextrace.record":
             raise   # record.py exists but is broken: let that show
         rc, out, err = _run_plain(argv)
         return rc, out, err, None, "tracing not available yet (futextrace.record.record_command " \
                                    "missing): ran untraced"
+    # A fresh RecordOptions per run: record_command adds the child's PID to it.
+    opts = record.RecordOptions(**options) if isinstance(options, dict) else options
     with tempfile.TemporaryDirectory(prefix="futextrace-bench-") as tmp:
         out_f, err_f = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         wrapped = ["/bin/sh", "-c", 'o=$1 e=$2; shift 2; exec "$@" >"$o" 2>"$e"', "sh",
                    out_f, err_f, *argv]
-        recording = record_command(wrapped, options)
+        recording = record_command(wrapped, opts)
         out = _read(out_f)
         err = _read(err_f)
-    # The recorder may not report the exit status: infer failure from the output.
-    rc = recording.get("command_exit_code") if isinstance(recording, dict) else None
-    if rc is None:
+    rc = (recording.get("command") or {}).get("exit_status")
+    if rc is None:   # older recorder without the command's status: infer it
         rc = 0 if out.strip() and "error" not in err else _guess_rc(err)
     return rc, out, err, recording, None
 

@@ -53,18 +53,22 @@ def sweep_points(buckets: list[int], extras: bool = True) -> list[int]:
 
 
 def trace_figures(recording: dict | None) -> dict:
-    """Imbalance/collision figures of the workload's process in a recording.
-
-    The recorder owns these names (docs/design.md lists `processes` without
-    detail yet); look for them best-effort so a schema change loses columns,
-    not the sweep."""
+    """Imbalance and collision figures of the workload's busiest hash in a recording
+    (aggregate.py: processes[].hashes[].imbalance / .collisions); {} when absent,
+    so a recorder schema change loses columns, not the sweep."""
     if not recording:
         return {}
+    pid = (recording.get("command") or {}).get("pid")
     procs = recording.get("processes") or []
-    p = procs[0] if procs else {}
-    src = p.get("imbalance", p) if isinstance(p, dict) else {}
-    keys = ("max_over_mean", "cv", "buckets_used", "buckets_total", "collisions")
-    return {k: src.get(k) for k in keys if isinstance(src, dict) and k in src}
+    proc = next((p for p in procs if p.get("pid") == pid), procs[0] if procs else None)
+    hashes = (proc or {}).get("hashes") or []
+    if not hashes:
+        return {}
+    h, imb = hashes[0], hashes[0].get("imbalance") or {}
+    fig = {"max/mean": imb.get("max_over_mean"), "cv": imb.get("cv"),
+           "buckets used": f"{imb['used']}/{imb['buckets']}" if "used" in imb else None,
+           "collisions": h.get("collisions")}
+    return {k: v for k, v in fig.items() if v is not None}
 
 
 def run_sweep(base: WorkloadOptions, buckets: list[int], trace: bool = False,

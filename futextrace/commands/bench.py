@@ -57,6 +57,16 @@ def format_result(r: dict) -> str:
     return "\n".join(lines)
 
 
+def cross_check(r: dict, rec: dict) -> str:
+    """The workload's own count beside the tracer's: they should agree closely."""
+    pid = (rec.get("command") or {}).get("pid")
+    seen = sum(p.get("lookups", 0) for p in rec.get("processes", []) if p.get("pid") == pid)
+    if r.get("total_ops") is None:
+        return f"Traced: {seen:,} futex lookups by the workload"
+    ratio = f" ({seen / r['total_ops']:.4f} of its ops)" if r["total_ops"] else ""
+    return f"Traced: {seen:,} futex lookups; the workload counted {r['total_ops']:,} ops{ratio}"
+
+
 def describe_hash(r: dict) -> str:
     req = bench.buckets_label(r["buckets_requested"])
     if r["slots"] is None:
@@ -87,6 +97,7 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_f
     if not quiet:
         click.echo(format_result(doc["result"]))
         if doc["recording"] is not None:
+            click.echo(cross_check(doc["result"], doc["recording"]))
             text = bench.render_recording(doc["recording"])
             click.echo("\n" + (text or "note: futextrace.render missing; see --json output"))
     if json_file:

@@ -13,11 +13,11 @@ from .bench import workload_options, write_json
 
 
 def sweep_table(doc: dict) -> Table:
-    trace_cols = sorted({k for p in doc["points"] for k in p["trace"]})
+    trace_cols = list(dict.fromkeys(k for p in doc["points"] for k in p["trace"]))
     t = Table(title="futex hash throughput by bucket count", title_justify="left")
     t.add_column("buckets", justify="right")
     t.add_column("in use", justify="right")
-    t.add_column("ops/sec (avg per thread)", justify="right")
+    t.add_column("ops/s per thread", justify="right")
     t.add_column("+-", justify="right")
     t.add_column("vs auto", justify="right")
     for c in trace_cols:
@@ -61,6 +61,8 @@ def command(buckets_text, threads, futexes, runtime, shared, mlockall, repeat, t
         click.echo("note: shared futexes always use the global hash; bucket counts "
                    "will not matter", err=True)
     console = Console(stderr=json_file == "-")
+    if not console.is_terminal:
+        console.width = 120   # files and pipes: room for the --trace columns
     total = len(sweep.sweep_points(buckets)) * max(repeat, 1)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeRemainingColumn(), console=Console(stderr=True), transient=True)

@@ -2,6 +2,7 @@
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -103,7 +104,7 @@ def test_sweep_table_json_plot(env, tmp_path):
     assert [p["slots"] for p in doc["points"]][1:] == [0, 2, 8]
     assert all(len(p["runs_ops_per_sec"]) == 2 for p in doc["points"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for word in ("auto", "global", "ops/sec"):
+    for word in ("auto", "global", "ops/s per thread"):
         assert word in res.stdout
 
 
@@ -115,3 +116,31 @@ def test_parse_bucket_list():
     for bad in ("", "auto", "2-x", "12"):
         with pytest.raises(UsageError):
             sweep.parse_bucket_list(bad)
+
+
+def test_trace_figures_from_recording():
+    rec = {"command": {"pid": 42}, "processes": [
+        {"pid": 7, "lookups": 999, "hashes": []},
+        {"pid": 42, "lookups": 100, "hashes": [
+            {"kind": "private", "buckets": 64, "collisions": 3,
+             "imbalance": {"buckets": 64, "used": 40, "max_over_mean": 2.5, "cv": 0.7}}]}]}
+    assert sweep.trace_figures(rec) == {"max/mean": 2.5, "cv": 0.7, "buckets used": "40/64",
+                                        "collisions": 3}
+    assert sweep.trace_figures(None) == {}
+    assert sweep.trace_figures({"processes": []}) == {}
+
+
+@pytest.mark.root
+@needs_private_hash
+def test_bench_traced_counts_agree():
+    """With the recorder present, the tracer sees every operation the workload made.
+    Default cache: the recorder also keeps its kernel headers there."""
+    pytest.importorskip("futextrace.record")
+    if os.geteuid() != 0:
+        pytest.skip("tracing needs root")
+    res = cli(dict(os.environ), "bench", "-t", 1, "-f", 8, "-r", 0.2, "-b", 16)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("Traced:"))
+    seen, ops = (int(x.replace(",", "")) for x in
+                 re.findall(r"([\d,]+) (?:futex lookups|ops)", line))
+    assert ops > 0 and abs(seen - ops) <= 16   # a few futex calls of libc's own at exit
