@@ -1,0 +1,50 @@
+"""`futextrace explain`: record, then say why each bucket count was chosen."""
+from __future__ import annotations
+
+import click
+
+from ..errors import EXIT_CODES_HELP, TargetError, UsageError
+from ..output import open_output, write_json
+
+EXAMPLES = """\b
+Examples:
+  futextrace explain -- ./myservice       # run it, then explain every resize
+  futextrace explain -p 1234 -d 10        # watch PID 1234 for 10 seconds
+  futextrace explain --json e.json -- ./myservice
+"""
+
+
+@click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
+@click.option("-p", "--pid", "pid", type=int, help="explain this running process")
+@click.option("-d", "--duration", type=float, help="stop after this many seconds")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="write the explanation and the recording as JSON ('-' = stdout)")
+@click.option("-q", "--quiet", is_flag=True, help="no text (with --json)")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def command(pid, duration, json_path, quiet, command):
+    """Explain every bucket count a process's futex hash had: the kernel's
+    sizing formula with the real inputs, why a clone did not resize, prctl
+    results, how long each resize waited for its pivot; then a suggested
+    PR_FUTEX_HASH_SET_SLOTS value from what was measured.
+
+    With -- COMMAND, runs the command until it exits; with -p, watches a
+    running process (a resize that happened before is shown as its first
+    sighting only)."""
+    from ..explain import explain, render
+    from ..record import RecordOptions, record_command, record_pids
+    if bool(pid) == bool(command):
+        raise UsageError("give either -p PID or -- COMMAND")
+    if pid and not duration:
+        raise UsageError("-p needs -d/--duration (how long to watch)")
+    json_out = open_output(json_path) if json_path else None
+    opts = RecordOptions(pids=[pid] if pid else [], duration=duration, method="auto")
+    rec = record_command(list(command), opts) if command else record_pids(opts)
+    expl = explain(rec)
+    if pid:   # only the asked-for process, not the children it forked
+        expl["processes"] = [p for p in expl["processes"] if p["pid"] == pid]
+    if not quiet:
+        click.echo(render(expl))
+    if json_out:
+        write_json(json_out, {"explanation": expl, "recording": rec})
+    if rec.get("error"):
+        raise TargetError(rec["error"])

@@ -1,0 +1,320 @@
+"""Why a process's futex hash has the bucket count it has (`futextrace explain`).
+
+Everything here is computed from a recording: its resize timeline, its thread
+history and the kernel model it carries (online CPUs, global hash size, the
+clone rule learned by watching a real clone). Facts: kernel/futex/core.c
+futex_hash_allocate_default() and futex_hash_allocate(), kernel/fork.c
+need_futex_hash_allocate_default().
+"""
+from __future__ import annotations
+
+import math
+
+from .jhash import auto_buckets, roundup_pow_of_two
+from .timeline import CLONE_THREAD, CLONE_VFORK, CLONE_VM
+
+EINVAL, EBUSY, ENOMEM = -22, -16, -12
+MAX_SUGGESTED = 1 << 16      # 64 Ki buckets (~4 MiB): beyond that, more buckets are not the fix
+RULES = {
+    "thread+vm": "before 7.1 a clone allocates only with CLONE_THREAD|CLONE_VM",
+    "vm-not-vfork": "since 7.1 a clone allocates with CLONE_VM, except vfork",
+}
+
+
+def clone_kind(flags: int | None) -> str:
+    if flags is None:
+        return "clone"
+    if flags & CLONE_THREAD:
+        return "thread"
+    if flags & CLONE_VFORK:
+        return "vfork child"
+    if flags & CLONE_VM:
+        return "clone(CLONE_VM) child"
+    return "fork child"
+
+
+def triggers(rule: str | None, flags: int | None) -> bool | None:
+    """Does this clone call futex_hash_allocate_default() under `rule`? None: unknown."""
+    if flags is None or rule not in RULES:
+        return None
+    if rule == "thread+vm":
+        return flags & (CLONE_THREAD | CLONE_VM) == (CLONE_THREAD | CLONE_VM)
+    return flags & (CLONE_VM | CLONE_VFORK) == CLONE_VM
+
+
+def formula_text(f: dict) -> str:
+    """The formula's steps with the real inputs."""
+    return (f"min({f['threads']} threads, {f['online_cpus']} online CPUs) = {f['min']}"
+            f" → 4 × {f['min']} = {f['times4']} → roundup_pow_of_two = {f['pow2']}"
+            f" → clamp(16, global size {f['global_size']}) = {f['buckets']} buckets")
+
+
+def _n(n, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1000:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _desc(buckets: int | None, custom: bool, global_chosen: bool) -> str:
+    if buckets is None:
+        return "unknown"
+    if buckets == 0:
+        return "global hash (chosen with prctl, for good)" if global_chosen else "global hash (no private hash yet)"
+    return f"{buckets} buckets ({'custom, set by prctl' if custom else 'automatic'})"
+
+
+class _State:
+    def __init__(self):
+        self.buckets: int | None = None
+        self.custom = False
+        self.global_chosen = False
+        self.set_by = None   # the prctl step that made it custom/global
+
+
+def _threads_before(th: dict) -> int:
+    # nr_threads counts the new thread already; the kernel's formula ran before it.
+    return th["nr_threads"] - 1 if (th["clone_flags"] or 0) & CLONE_THREAD else th["nr_threads"]
+
+
+def _pending_text(r: dict) -> str:
+    if r.get("pivot_t") is None:
+        return "still pending when the recording ended (the old hash was still referenced)"
+    if not r.get("pending_s"):
+        return "installed at once (no old hash to drain)"
+    what = "prctl waited" if r["trigger"] == "prctl" else "pending"
+    return f"{what} {_ms(r['pending_s'])} before the pivot at +{r['pivot_t']:.3f} s"
+
+
+def _clone_resize(r: dict, th: dict | None, st: _State, k: dict) -> dict:
+    flags = r.get("clone_flags")
+    kind = clone_kind(flags)
+    f = None
+    if r.get("threads") is not None and k["online_cpus"] and k["global_size"]:
+        f = auto_buckets(r["threads"], k["online_cpus"], k["global_size"])
+    text = f"{kind} created at +{r['t']:.3f} s with {_n(r['threads'], 'thread')}"
+    text += f" → {formula_text(f)}" if f else " (formula inputs unknown)"
+    notes = []
+    if f and r["new_buckets"] != f["buckets"]:
+        notes.append(f"the kernel gave {r['new_buckets']}, not the formula's {f['buckets']}: "
+                     "check the online CPUs and global hash size in the kernel model")
+    if triggers(k["rule"], flags) is False:
+        notes.append(f"this kernel allocated on a {kind} although its learned rule says it would not "
+                     f"({RULES[k['rule']]}); the recording shows it did")
+    notes.append(_pending_text(r))
+    return {"t": r["t"], "kind": "resize", "trigger": "clone", "tid": th["tid"] if th else None,
+            "clone_flags": flags, "formula": f, "buckets_before": r["old_buckets"],
+            "buckets_after": r["new_buckets"], "pending_s": r.get("pending_s"),
+            "pivot_t": r.get("pivot_t"), "reason": "resized",
+            "text": f"{text}; {r['old_buckets']} → {r['new_buckets']} buckets; " + "; ".join(notes)}
+
+
+def _no_resize(th: dict, st: _State, k: dict) -> dict:
+    flags = th["clone_flags"]
+    kind = clone_kind(flags)
+    n = _threads_before(th)
+    f = auto_buckets(n, k["online_cpus"], k["global_size"]) if k["online_cpus"] and k["global_size"] else None
+    head = f"{kind} created at +{th['t']:.3f} s with {_n(n, 'thread')} (clone flags {flags:#x}): no resize"
+    trig = triggers(k["rule"], flags)
+    if trig is False:
+        reason = "flags_do_not_trigger"
+        why = f"these clone flags do not allocate a hash on this kernel ({RULES[k['rule']]})"
+        f = None
+    elif st.global_chosen:
+        reason, f = "global_chosen", None   # formula runs, but futex_hash_allocate() returns 0 first
+        why = "the process chose the global hash (SET_SLOTS 0): an automatic request returns 0"
+    elif st.custom:
+        reason, f = "custom", None          # returns before the formula
+        why = f"the size {st.buckets} was set by prctl (custom), which stops automatic resizes"
+    elif f and st.buckets is not None and f["buckets"] <= st.buckets:
+        reason = "big_enough"
+        why = (f"{formula_text(f)}, and the hash already has {st.buckets}: "
+               "it only grows, never shrinks")
+    elif f and st.buckets is None:
+        reason = "unknown_size"
+        why = f"{formula_text(f)}; the size before was not seen, so no resize may have been needed"
+    else:
+        reason = "unexplained"
+        why = ((formula_text(f) + " would grow it; ") if f else "") + \
+            "no new hash was seen (events lost, or the clone failed with -ENOMEM)"
+    return {"t": th["t"], "kind": "no_resize", "trigger": "clone", "tid": th["tid"], "clone_flags": flags,
+            "formula": f, "buckets_before": st.buckets, "buckets_after": st.buckets, "pending_s": None,
+            "pivot_t": None, "reason": reason, "text": f"{head}: {why}"}
+
+
+def _prctl(r: dict, st: _State) -> dict:
+    n, ret = r["requested"], r["result"]
+    head = f"prctl(PR_FUTEX_HASH, SET_SLOTS, {n}) at +{r['t']:.3f} s"
+    after = r["new_buckets"]
+    if ret == 0 and n == 0:
+        reason, why = "global_set", ("→ the global hash, for good: later SET_SLOTS requests get -EBUSY "
+                                     "and new threads no longer resize")
+    elif ret == 0:
+        reason, why = "custom_set", (f"→ {r['old_buckets']} → {after} buckets, custom: automatic resizes "
+                                     f"stop; {_pending_text(r)}")
+    elif ret == EINVAL:
+        reason = "einval"
+        why = ("→ -EINVAL: the size must be 0 or a power of two ≥ 2" if n == 1 or (n & (n - 1))
+               else "→ -EINVAL: arg4 was not 0 (or the kernel has no private hash)")
+        after = st.buckets
+    elif ret == EBUSY:
+        reason, why, after = "ebusy", ("→ -EBUSY: the process chose the global hash (SET_SLOTS 0) "
+                                       "earlier; there is no way back"), st.buckets
+    elif ret == ENOMEM:
+        reason, why, after = "enomem", f"→ -ENOMEM: allocating {n} buckets failed", st.buckets
+    else:
+        reason, why, after = "other", f"→ {ret}", st.buckets
+    return {"t": r["t"], "kind": "prctl", "trigger": "prctl", "tid": None, "requested": n, "result": ret,
+            "clone_flags": None, "formula": None, "buckets_before": r["old_buckets"],
+            "buckets_after": after, "pending_s": r.get("pending_s"), "pivot_t": r.get("pivot_t"),
+            "reason": reason, "text": f"{head} {why}"}
+
+
+def _apply(st: _State, step: dict) -> None:
+    if step["kind"] == "prctl" and step["result"] == 0:
+        st.custom = True
+        st.global_chosen = step["requested"] == 0
+    if step["buckets_after"] is not None:
+        st.buckets = step["buckets_after"]
+
+
+def explain_process(pid: int, rec: dict) -> dict:
+    kern = rec.get("kernel", {})
+    k = {"online_cpus": len(kern.get("online_cpus", [])) or None,
+         "global_size": kern.get("global_hash", {}).get("buckets_per_node"),
+         "rule": kern.get("clone_rule")}
+    resizes = [r for r in rec.get("resizes", []) if r["pid"] == pid]
+    news = [t for t in rec.get("threads", []) if t["pid"] == pid and t["event"] == "new"]
+    states = [s for s in rec.get("hash_states", []) if s["pid"] == pid]
+    # A clone resize is stamped with its NEWTASK event's time: pair them up.
+    by_t = {(t["t"], t["clone_flags"]): t for t in news}
+    paired = set()
+    items = []
+    for r in resizes:
+        th = by_t.get((r["t"], r["clone_flags"])) if r["trigger"] == "clone" else None
+        if th:
+            paired.add(id(th))
+        items.append((r["t"], 1, "resize", r, th))
+    items += [(t["t"], 1, "thread", None, t) for t in news if id(t) not in paired]
+    items += [(s["t"], 0, "state", s, None) for s in states]
+    st = _State()
+    steps = []
+    for _, _, what, r, th in sorted(items, key=lambda i: (i[0], i[1])):
+        if what == "state":
+            # Only the first sight matters: later changes are pivots of resizes above.
+            if st.buckets is None:
+                st.buckets, st.custom = r["buckets"], r["custom"]
+                st.global_chosen = r["custom"] and r["buckets"] == 0
+                steps.append({"t": r["t"], "kind": "first_seen", "tid": None, "reason": "first_seen",
+                              "buckets_before": None, "buckets_after": r["buckets"], "formula": None,
+                              "text": f"first seen at +{r['t']:.3f} s: "
+                                      f"{_desc(r['buckets'], r['custom'], st.global_chosen)}"
+                                      + (" (sized before tracing began: its inputs were not seen)"
+                                         if r["buckets"] else "")})
+            continue
+        if what == "resize" and r["trigger"] == "prctl":
+            step = _prctl(r, st)
+        elif what == "resize":
+            step = _clone_resize(r, th, st, k)
+        else:
+            step = _no_resize(th, st, k)
+        steps.append(step)
+        _apply(st, step)
+    comm = next((x["comm"] for x in resizes + states if x.get("comm")), "")
+    return {"pid": pid, "comm": comm, "steps": steps,
+            "final": {"buckets": st.buckets, "custom": st.custom, "global_chosen": st.global_chosen,
+                      "private": bool(st.buckets), "text": _desc(st.buckets, st.custom, st.global_chosen)},
+            "recommendation": recommend(pid, rec, st)}
+
+
+def _hash_stats(pid: int, rec: dict) -> dict | None:
+    proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), None)
+    if not proc:
+        return None
+    private = [h for h in proc["hashes"] if h["kind"] == "private"]
+    return (private or proc["hashes"] or [None])[0]
+
+
+def expected_collisions(futexes: int, buckets: int) -> float:
+    """Expected futexes minus used buckets (the recording's `collisions`), for
+    `futexes` keys hashed uniformly into `buckets`."""
+    if buckets <= 0 or futexes <= 0:
+        return 0.0
+    empty = buckets * (1 - 1 / buckets) ** futexes
+    return futexes - (buckets - empty)
+
+
+def recommend(pid: int, rec: dict, st: _State) -> dict | None:
+    """A SET_SLOTS value from what was measured: 4 buckets per distinct futex,
+    a power of two, at least 16 (the kernel's own floor)."""
+    h = _hash_stats(pid, rec)
+    if not h or not h.get("distinct_futexes"):
+        return None
+    d = h["distinct_futexes"]
+    cur = h["buckets"] if h["kind"] == "private" else 0   # 0: on the global hash
+    slots = min(max(16, roundup_pow_of_two(4 * d)), MAX_SUGGESTED)
+    rc = rec.get("refcount", {})
+    gets = (rc.get("get_percpu") or 0) + (rc.get("get_atomic") or 0)
+    atomic_share = (rc.get("get_atomic") or 0) / gets if gets else 0.0
+    imb = (h.get("imbalance") or {}).get("max_over_mean")
+    measured = (f"measured: {d} distinct futexes in {cur or 'the global hash'}{' buckets' if cur else ''}, "
+                f"{h.get('collisions', 0)} sharing a bucket"
+                + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
+                + f", {atomic_share:.1%} of refcount gets atomic")
+    exp_now = expected_collisions(d, cur) if cur else None
+    exp_new = expected_collisions(d, slots)
+    if st.global_chosen:
+        effect = "none possible: the process chose the global hash, SET_SLOTS now returns -EBUSY"
+        line = None
+    elif cur and slots <= cur and st.custom:
+        effect = f"keep the custom {cur} buckets: already ≥ 4 per distinct futex"
+        slots, line = cur, None
+    elif cur and slots <= cur:
+        effect = (f"{cur} buckets are already ≥ 4 per distinct futex; setting {cur} with prctl would only "
+                  "stop further automatic resizes (each costs a switch to atomic refcounts)")
+        slots, line = cur, f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {cur}, 0);"
+    else:
+        effect = (f"about {exp_new:.1f} futexes expected to share a bucket instead of "
+                  f"{exp_now:.1f}" if exp_now is not None else
+                  f"a private hash: about {exp_new:.1f} futexes expected to share a bucket, and no "
+                  "sharing of buckets with other processes in the global hash")
+        effect += "; a custom size also stops automatic resizes"
+        line = f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {slots}, 0);"
+    return {"slots": slots, "distinct_futexes": d, "current_buckets": cur,
+            "collisions": h.get("collisions"), "max_over_mean": imb, "atomic_share": atomic_share,
+            "expected_collisions_now": exp_now, "expected_collisions": exp_new,
+            "measured": measured, "effect": effect, "c_line": line}
+
+
+def explain(rec: dict) -> dict:
+    """One explanation per process that had a hash event or a thread created."""
+    pids = ({r["pid"] for r in rec.get("resizes", [])}
+            | {t["pid"] for t in rec.get("threads", []) if t["event"] == "new"}
+            | {s["pid"] for s in rec.get("hash_states", [])})
+    main = (rec.get("command") or {}).get("pid")
+    order = sorted(pids, key=lambda p: (p != main, p))
+    kern = rec.get("kernel", {})
+    return {"clone_rule": kern.get("clone_rule"), "online_cpus": len(kern.get("online_cpus", [])),
+            "global_size": kern.get("global_hash", {}).get("buckets_per_node"),
+            "processes": [explain_process(p, rec) for p in order]}
+
+
+def render(expl: dict) -> str:
+    rule = expl["clone_rule"]
+    out = [f"kernel: {expl['online_cpus']} online CPUs, global hash {expl['global_size']} buckets per node, "
+           f"clone rule {rule or 'unknown'}" + (f" ({RULES[rule]})" if rule in RULES else "")]
+    if not expl["processes"]:
+        out.append("no futex hash activity was seen")
+    for p in expl["processes"]:
+        out.append("")
+        out.append(f"PID {p['pid']} {p['comm']}: now {p['final']['text']}")
+        for s in p["steps"]:
+            out.append(f"  - {s['text']}")
+        r = p["recommendation"]
+        if r:
+            out.append(f"  recommendation: {r['measured']}")
+            out.append(f"    suggested SET_SLOTS {r['slots']}: {r['effect']}")
+            if r["c_line"]:
+                out.append(f"    {r['c_line']}")
+    return "\n".join(out)

@@ -1,0 +1,145 @@
+"""`futextrace explain` and `snapshot` against the real kernel.
+
+The scenario workload reads PR_FUTEX_HASH_GET_SLOTS after every step; the
+explanation of the same step must end at that bucket count and state the
+formula with this machine's inputs (online CPUs from /sys, the global hash
+size). Nothing here assumes a CPU count: the VM harness runs it with 4+ CPUs.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from futextrace import kmodel
+from futextrace.jhash import auto_buckets
+from futextrace.workload.build import workload_path
+
+pytestmark = pytest.mark.root
+FT = [sys.executable, "-m", "futextrace.cli"]
+
+
+def online_cpus() -> int:
+    text = open("/sys/devices/system/cpu/online").read().strip()
+    n = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return {"cpus": online_cpus(), "gsize": kmodel.load().global_hash.buckets_per_node}
+
+
+def explain(tmp_path, scenario: str, *args) -> tuple[dict, list[dict]]:
+    out, lines = tmp_path / "explain.json", tmp_path / "steps.jsonl"
+    p = subprocess.run([*FT, "explain", "-q", "--json", str(out), "--", str(workload_path("scenario")),
+                        scenario, "-o", str(lines), *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    data = json.loads(out.read_text())
+    return data, [json.loads(l) for l in lines.read_text().splitlines()]
+
+
+def main_process(data: dict) -> dict:
+    pid = data["recording"]["command"]["pid"]
+    return next(p for p in data["explanation"]["processes"] if p["pid"] == pid)
+
+
+def check_steps(proc: dict, lines: list[dict], inputs: dict) -> None:
+    """Each workload step against its explanation step: same final bucket count,
+    and any formula stated with the real inputs."""
+    by_tid = {s["tid"]: s for s in proc["steps"] if s.get("tid")}
+    prctls = [s for s in proc["steps"] if s["kind"] == "prctl"]
+    for line in lines:
+        if line["step"] == "prctl":
+            s = prctls.pop(0)
+            assert (s["requested"], s["result"]) == (line["requested"], line["ret"])
+            assert s["buckets_after"] == line["slots"], s["text"]
+        elif line["tid"]:
+            s = by_tid[line["tid"]]
+            assert s["buckets_after"] == line["slots"], s["text"]
+            f = s.get("formula")
+            if f:
+                before = line["threads"] - 1 if line["step"] == "thread" else line["threads"]
+                assert (f["threads"], f["online_cpus"], f["global_size"]) == \
+                    (before, inputs["cpus"], inputs["gsize"])
+                assert f"min({before} threads, {inputs['cpus']} online CPUs)" in s["text"]
+                assert f"global size {inputs['gsize']}" in s["text"]
+    assert proc["final"]["buckets"] == lines[-1]["slots"]
+
+
+def max_threads(inputs) -> int:
+    return min(max(4, 2 * inputs["cpus"]), 64)   # past the CPU count: the formula saturates
+
+
+def test_threads_in_steps(tmp_path, inputs):
+    data, lines = explain(tmp_path, "threads", "-t", str(max_threads(inputs)))
+    proc = main_process(data)
+    check_steps(proc, lines, inputs)
+    # The kernel's answers follow the formula, growing only.
+    expect = 0
+    for line in lines[1:]:
+        expect = max(expect, auto_buckets(line["threads"] - 1, inputs["cpus"], inputs["gsize"])["buckets"])
+        assert line["slots"] == expect
+    reasons = {s["reason"] for s in proc["steps"]}
+    assert "resized" in reasons and "big_enough" in reasons
+
+
+def test_custom_size_then_threads(tmp_path, inputs):
+    data, lines = explain(tmp_path, "custom", "-b", "64", "-t", "4")
+    proc = main_process(data)
+    check_steps(proc, lines, inputs)
+    assert [s["reason"] for s in proc["steps"] if s["kind"] != "first_seen"] == \
+        ["einval", "custom_set", "custom", "custom", "custom"]
+    assert proc["final"]["custom"] and lines[-1]["slots"] == 64
+
+
+def test_global_then_ebusy(tmp_path, inputs):
+    data, lines = explain(tmp_path, "global", "-t", "4")
+    proc = main_process(data)
+    check_steps(proc, lines, inputs)
+    assert [l["ret"] for l in lines if l["step"] == "prctl"] == [0, -16]
+    assert [s["reason"] for s in proc["steps"] if s["kind"] != "first_seen"] == \
+        ["global_set", "ebusy", "global_chosen", "global_chosen", "global_chosen"]
+    assert proc["recommendation"] is None or proc["recommendation"]["c_line"] is None
+
+
+def test_clones_that_do_not_resize(tmp_path, inputs):
+    data, lines = explain(tmp_path, "noresize")
+    proc = main_process(data)
+    check_steps(proc, lines, inputs)
+    by_tid = {s["tid"]: s for s in proc["steps"] if s.get("tid")}
+    fork = next(l for l in lines if l["step"] == "fork")
+    assert by_tid[fork["tid"]]["reason"] == "flags_do_not_trigger"   # no CLONE_VM under any rule
+    rule = data["explanation"]["clone_rule"]
+    clone_vm = by_tid[next(l for l in lines if l["step"] == "clone_vm")["tid"]]
+    if rule == "thread+vm":
+        assert clone_vm["reason"] == "flags_do_not_trigger"
+    elif rule == "vm-not-vfork":
+        assert clone_vm["reason"] in ("resized", "big_enough")
+
+
+def test_snapshot(tmp_path):
+    bench = subprocess.Popen([str(workload_path()), "-t", "2", "-f", "8", "-r", "60", "-b", "64"],
+                             stdout=subprocess.DEVNULL)
+    idle = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.5)
+        out = tmp_path / "snap.json"
+        p = subprocess.run([*FT, "snapshot", "-p", str(bench.pid), "-p", str(idle.pid), "-d", "1",
+                            "--json", str(out)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        rows = {r["pid"]: r for r in json.loads(out.read_text())["processes"]}
+        assert (rows[bench.pid]["buckets"], rows[bench.pid]["kind"], rows[bench.pid]["mode"]) == \
+            (64, "private", "custom")
+        assert rows[idle.pid]["seen"] is False
+    finally:
+        for proc in (bench, idle):
+            proc.kill()
+            proc.wait()
