@@ -22,6 +22,11 @@ from .layout import COUNTER, EVENT
 from .loader import BLIND_SPOTS, Filters, Program
 
 POLL_MS = 100
+# Thread births/exits kept for the `threads` list. Beyond this, only thread events
+# that can mark a resize (a NEWTASK whose hash state differs from the process's
+# last one) are kept; the rest are counted, so a thread-churning target cannot
+# grow the tracer's memory without bound.
+MAX_THREAD_EVENTS = 20000
 
 
 @dataclass
@@ -83,6 +88,9 @@ class Recorder:
         self.comms: dict[int, str] = {}
         self._stop = False
         self._last_totals = {}
+        self._thread_events = 0
+        self.thread_events_dropped = 0
+        self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
 
     # -- lifecycle -----------------------------------------------------------
     def start(self):
@@ -110,7 +118,23 @@ class Recorder:
         ev["t"] = (e.ts - self.t0_ns) / 1e9
         del ev["ts"]
         self.comms.setdefault(e.tgid, ev["comm"])
+        if not self._keep(ev):
+            self.thread_events_dropped += 1
+            return
         self.events.append(ev)
+
+    def _keep(self, ev: dict) -> bool:
+        state = (ev["hash"], ev["hash_mask"], ev["hash_new"], ev["hash_new_mask"])
+        is_thread = ev["type"] in (EVENT["FTE_NEWTASK"], EVENT["FTE_EXIT"])
+        if not is_thread:
+            self._last_state.pop(ev["tgid"], None)   # the timeline's view may have changed
+            return True
+        self._thread_events += 1
+        unchanged = (ev["type"] == EVENT["FTE_EXIT"]
+                     or self._last_state.get(ev["tgid"]) == state)
+        if ev["type"] == EVENT["FTE_NEWTASK"]:
+            self._last_state[ev["tgid"]] = state
+        return not (unchanged and self._thread_events > MAX_THREAD_EVENTS)
 
     # -- the loop ------------------------------------------------------------
     def run(self, until=None) -> float:
@@ -201,7 +225,9 @@ class Recorder:
                   "probes": self.program.probes}
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
             self.comms.setdefault(pid, targets.comm_of(pid))
-        return build_recording(raw, kernel, method, duration, self.started_at, self.comms)
+        rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
+        rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
+        return rec
 
 
 def record_pids(opts: RecordOptions, model=None) -> dict:
