@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""How much futex throughput survives tracing? Retained-throughput ratios.
+
+Each round runs every condition once, back to back (order rotated per round),
+and divides each traced run's ops/s by that round's untraced run; the figure
+printed is the median over --pairs rounds. Side by side like this, a noisy
+machine shifts both halves of a pair alike.
+
+Conditions:
+  untraced     the workload alone
+  raw-empty    an empty BPF program on raw_tracepoint:sys_enter (every syscall)
+  tp-empty     an empty BPF program on tracepoint syscalls:sys_enter_futex
+  futextrace   futextrace's tracepoint method, whole system, ring buffer drained
+               (Recorder API directly: no CLI start-up in the numbers)
+Workloads: the built-in futexbench `-t 1 -r 2`, and `perf bench futex hash -t 1 -r 2 -s`
+when perf is installed. BPF programs are compiled and attached before the
+workload starts and detached after it ends: only the workload's run is timed.
+
+    sudo .venv/bin/python bench/overhead.py --pairs 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+
+CONDITIONS = ["untraced", "raw-empty", "tp-empty", "futextrace"]
+EMPTY = {"raw-empty": "RAW_TRACEPOINT_PROBE(sys_enter) { return 0; }",
+         "tp-empty": "TRACEPOINT_PROBE(syscalls, sys_enter_futex) { return 0; }"}
+
+
+def workloads(runtime: str) -> dict[str, tuple[list[str], callable]]:
+    from futextrace.workload.build import workload_path
+    out = {"futexbench": ([str(workload_path()), "-t", "1", "-r", runtime],
+                          lambda o: float(json.loads(o)["avg_ops_per_sec"]))}
+    if shutil.which("perf"):
+        def perf_ops(o):
+            m = re.search(r"Averaged (\d+) operations/sec", o)
+            if not m:
+                raise RuntimeError(f"perf printed no result: {o[-300:]!r}")
+            return float(m[1])
+        # perf takes whole seconds only.
+        secs = str(max(1, round(float(runtime))))
+        out["perf-hash"] = (["perf", "bench", "futex", "hash", "-t", "1", "-r", secs, "-s"], perf_ops)
+    return out
+
+
+def run_workload(argv, parse) -> float:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"{argv[0]} exited {r.returncode}: {r.stderr.strip()[-300:]}")
+    return parse(r.stdout + r.stderr)
+
+
+def run_traced(cond: str, argv, parse, model) -> float:
+    if cond == "untraced":
+        return run_workload(argv, parse)
+    if cond in EMPTY:
+        from futextrace.headers import bcc_environment
+        bcc_environment()
+        from bcc import BPF
+        b = BPF(text=EMPTY[cond])      # auto-attached at load
+        try:
+            return run_workload(argv, parse)
+        finally:
+            b.cleanup()
+    from futextrace.record import Recorder, RecordOptions
+    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w")), model)
+    rec.start()
+    try:
+        result = {}
+        t = threading.Thread(target=lambda: result.update(ops=run_workload(argv, parse)))
+        t.start()
+        rec.run(until=lambda: not t.is_alive())   # drains the ring buffer like `record` does
+        t.join()
+        return result["ops"]
+    finally:
+        rec.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pairs", type=int, default=5, help="rounds (each runs every condition once)")
+    ap.add_argument("--runtime", default="2", help="workload seconds per run")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("overhead.py: needs root")
+    from futextrace import kmodel
+    model = kmodel.load()
+    print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
+          f"{a.pairs} rounds, conditions in rotated order", flush=True)
+    for name, (argv, parse) in workloads(a.runtime).items():
+        ops = {c: [] for c in CONDITIONS}
+        for i in range(a.pairs):
+            order = CONDITIONS[i % len(CONDITIONS):] + CONDITIONS[:i % len(CONDITIONS)]
+            for c in order:
+                ops[c].append(run_traced(c, argv, parse, model))
+            print(f"# {name} round {i + 1}: " + ", ".join(f"{c} {ops[c][-1]:,.0f}" for c in CONDITIONS),
+                  flush=True)
+        print(f"\n{name}: {' '.join(argv)}")
+        print(f"  {'condition':<11} {'median ops/s':>13} {'retained (median of per-round ratios)':>38}")
+        for c in CONDITIONS:
+            ratios = [x / u for x, u in zip(ops[c], ops["untraced"])]
+            print(f"  {c:<11} {statistics.median(ops[c]):>13,.0f} {statistics.median(ratios):>37.1%}"
+                  f"   (range {min(ratios):.1%}..{max(ratios):.1%})")
+        print(flush=True)
+    print(f"# load average {os.getloadavg()[0]:.2f} at end")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
