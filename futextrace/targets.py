@@ -84,7 +84,7 @@ class StoppedChild:
                 os.dup2(self._out.fileno(), 1)
                 os.execvp(argv[0], argv)
             except BaseException as e:
-                os.write(err_w, f"{type(e).__name__}: {e}".encode())
+                os.write(err_w, (getattr(e, "strerror", None) or str(e)).encode())
             finally:
                 os._exit(127)
         os.close(go_r)
@@ -99,7 +99,7 @@ class StoppedChild:
         os.close(self._err_r)
         if msg:
             self.exited()
-            raise TargetError(f"cannot start {self.argv[0]!r}: {msg.split(': ', 1)[-1]}")
+            raise TargetError(f"cannot start {self.argv[0]!r}: {msg}")
 
     def exited(self) -> bool:
         if self._status is not None:
