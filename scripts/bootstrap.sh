@@ -17,7 +17,9 @@ command -v apt-get >/dev/null || die "this script supports Debian 12 (apt-get no
 
 # --- Debian packages -------------------------------------------------------
 pkgs=(python3-bpfcc python3-venv bpftool linux-headers-amd64 gcc libc6-dev linux-perf)
-[ $want_vm = 1 ] && pkgs+=(qemu-system-x86 kmod)
+# VM tests: virtme-ng boots Debian kernels whose 9p modules load from an initramfs it
+# builds with busybox; depmod (kmod) indexes their modules; `file` reads the image's version.
+[ $want_vm = 1 ] && pkgs+=(qemu-system-x86 kmod busybox-static file)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,0 +1,54 @@
+"""The VM kernel matrix: which Debian kernels the guests boot, and with what topology.
+
+Each entry covers a futex private-hash layout variant (see futex-kernel-facts.md):
+  6.17  futex_hash() returns a bucket pointer, buckets carry hb->priv
+  6.18  the build machines' own base (6.18.15 was checked by hand)
+  7.2   futex_hash() returns struct futex_bucket_ref by value
+  7.3   runtime-constant hashing, the global hash variables moved (newest: CI runs it)
+
+FUTEXTRACE_VM_KERNELS selects: unset = the newest only, "all" = the matrix,
+"none" = no guests, or a comma list of series ("6.18,7.3").
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GuestSpec:
+    series: str             # newest <series>.x complete -amd64 kernel in the index
+    cpus: int = 4
+    memory: str = "2G"
+    numa_nodes: int = 1     # > 1: fake NUMA (numa=fake=N), so per-node figures see a real topology
+    timeout_s: int = 1500   # host-side limit for one guest run: TCG makes every BCC compile slow
+
+    @property
+    def append(self) -> list[str]:
+        return [f"numa=fake={self.numa_nodes}"] if self.numa_nodes > 1 else []
+
+    @property
+    def id(self) -> str:
+        return f"{self.series}-{self.cpus}cpu-{self.numa_nodes}node"
+
+
+MATRIX = [
+    GuestSpec("6.17"),
+    GuestSpec("6.18"),
+    GuestSpec("7.2", numa_nodes=2),
+    GuestSpec("7.3", numa_nodes=2),
+]
+NEWEST = MATRIX[-1]
+
+
+def selected() -> list[GuestSpec]:
+    want = os.environ.get("FUTEXTRACE_VM_KERNELS", "").strip()
+    if not want:
+        return [NEWEST]
+    if want == "all":
+        return list(MATRIX)
+    if want == "none":
+        return []
+    by_series = {g.series: g for g in MATRIX}
+    # A series outside the matrix still runs, with the default topology.
+    return [by_series.get(s, GuestSpec(s)) for s in (x.strip() for x in want.split(",")) if s]

@@ -1,0 +1,50 @@
+"""Boot each selected Debian kernel (tests/vm/kernels.py) and run tests/host inside it.
+
+One guest boot per kernel (module-scoped fixture); the tests below judge its results.
+"""
+import pytest
+
+import kernels
+import vmguest
+
+pytestmark = pytest.mark.vm
+SPECS = kernels.selected()
+# The first test of a kernel also fetches (download + unpack) and boots it.
+GUEST_LIMIT = max([s.timeout_s for s in SPECS], default=0) + 600
+_runs = {}
+
+
+@pytest.fixture(scope="module", params=SPECS, ids=[s.id for s in SPECS])
+def guest(request):
+    spec = request.param
+    if spec.id not in _runs:        # one boot per kernel, whatever order the tests run in
+        _runs[spec.id] = vmguest.boot(spec)
+    return _runs[spec.id]
+
+
+@pytest.mark.timeout(GUEST_LIMIT)
+def test_guest_suite_passed(guest):
+    assert guest.status is not None, (
+        f"the guest wrote no status (died or timed out after {guest.wall_s:.0f} s)\n"
+        f"--- guest.log\n{guest.tail()}\n--- vng.log\n{guest.tail('vng.log')}")
+    has_junit = (guest.out / "junit.xml").exists()
+    problems = "\n".join(guest.junit_problems()) if has_junit else "(no junit.xml)"
+    assert guest.status == 0, (f"in-guest pytest exit status {guest.status} "
+                               f"(124: in-guest timeout)\n{problems}\n--- guest.log\n{guest.tail(n=30)}")
+    totals = guest.junit_totals()
+    assert totals["tests"] - totals["skipped"] > 0, f"no test ran in the guest: {totals}"
+    assert totals["failures"] == totals["errors"] == 0, f"{totals}\n{guest.tail()}"
+
+
+@pytest.mark.timeout(GUEST_LIMIT)
+def test_guest_kernel_log_clean(guest):
+    assert guest.text("dmesg.txt") is not None, "the guest wrote no dmesg.txt"
+    bad = guest.bad_dmesg_lines()
+    assert not bad, "guest kernel log:\n" + "\n".join(bad[:40])
+
+
+@pytest.mark.timeout(GUEST_LIMIT)
+def test_guest_btf_captured(guest):
+    """The guest's BTF lands in $FUTEXTRACE_CACHE/btf/<release>.btf (for BTF digests)."""
+    dest = vmguest.vmkernels.cache_root() / "btf" / f"{guest.kernel.release}.btf"
+    assert dest.is_file() and dest.read_bytes()[:2] == b"\x9f\xeb", f"{dest} missing or not BTF"

@@ -1,0 +1,45 @@
+"""futextrace.vmkernels without network: mirror discovery and package choice."""
+from futextrace import vmkernels as vk
+
+DEB822 = """\
+Types: deb
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main
+"""
+
+
+def test_deb822_main_archive_is_found():
+    entries = list(vk._deb822_entries(DEB822))
+    assert ("http://mirror.example/debian", "bookworm") in entries
+    assert ("http://mirror.example/debian-security", "bookworm-security") in entries
+
+
+def test_one_line_sources_with_options():
+    text = "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://m.example/debian bookworm main\n"
+    assert list(vk._one_line_entries(text)) == [("http://m.example/debian", "bookworm")]
+
+
+def test_packages_per_packaging_generation():
+    # 6.16-6.18: one package; 7.2+: binary + modules; 6.19-7.1: no modules package, unusable.
+    assert vk._packages_for("6.18.15+deb13-amd64", {"image": {"x"}}) == ["linux-image-6.18.15+deb13-amd64"]
+    assert vk._packages_for("7.3.4+deb13-amd64", {"image": {"x"}, "binary": {"x"}, "modules": {"x"}}) == [
+        "linux-binary-7.3.4+deb13-amd64", "linux-modules-7.3.4+deb13-amd64"]
+    assert vk._packages_for("7.0.12+deb13-amd64", {"image": {"x"}, "binary": {"x"}}) is None
+
+
+def test_abi_pattern_keeps_only_the_standard_flavour():
+    assert vk._ABI.match("linux-image-7.3.4+deb13-amd64")
+    assert not vk._ABI.match("linux-image-7.3.4+deb13-cloud-amd64")
+    assert not vk._ABI.match("linux-image-7.3.4+deb13-rt-amd64")
+    assert not vk._ABI.match("linux-image-7.3.4+deb13-amd64-dbg")
+
+
+def test_version_order_is_numeric():
+    assert vk._version_key("6.18.15+deb13-amd64") > vk._version_key("6.18.9+deb13-amd64")

@@ -1,0 +1,132 @@
+"""Boot one Debian kernel under virtme-ng (QEMU TCG) and run the in-guest test suite.
+
+The guest runs on the host's root filesystem, read-only through 9p. Results come
+back through a --rwdir shared directory, because vng does not pass the guest
+command's exit status back in this setup: the guest writes `status` last, so a
+missing file means the guest died or timed out.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from futextrace import vmkernels
+
+REPO = Path(__file__).resolve().parents[2]
+# Kernel log lines that fail a guest run however the tests went.
+BAD_DMESG = re.compile(r"BUG:|WARNING:|Oops|self-detected stall|detected stalls? on CPU")
+
+GUEST_SCRIPT = """\
+#!/bin/bash
+# Runs inside the guest. Everything it prints lands in guest.log.
+exec >{out}/guest.log 2>&1
+export FUTEXTRACE_IN_VM=1 FUTEXTRACE_EXPECT_METHODS=kprobe,tracepoint
+export FUTEXTRACE_CACHE={cache} PYTHONDONTWRITEBYTECODE=1
+export FUTEXTRACE_VM_CPUS={cpus} FUTEXTRACE_VM_NODES={nodes}
+echo "guest: $(uname -r), $(nproc) cpus, nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
+cp /sys/kernel/btf/vmlinux {out}/vmlinux.btf && uname -r > {out}/release
+rc=99
+if cd {repo}; then
+    timeout {pytest_timeout} {python} -m pytest tests/host -m root -p no:cacheprovider -ra --durations=10 \\
+        --junitxml={out}/junit.xml {pytest_args}
+    rc=$?
+else
+    echo "guest: the checkout {repo} is not visible in the guest"
+fi
+dmesg > {out}/dmesg.txt
+echo $rc > {out}/status.tmp && mv {out}/status.tmp {out}/status
+"""
+
+
+RUNS: list = []     # (spec id, GuestRun) in boot order, for the terminal summary
+
+
+@dataclass
+class GuestRun:
+    kernel: vmkernels.Kernel
+    out: Path               # the shared directory
+    wall_s: float
+    vng_rc: int             # informational only (see module doc)
+
+    def text(self, name: str) -> str | None:
+        p = self.out / name
+        return p.read_text(errors="replace") if p.exists() else None
+
+    @property
+    def status(self) -> int | None:
+        s = self.text("status")
+        return int(s) if s and s.strip().lstrip("-").isdigit() else None
+
+    def junit_totals(self) -> dict[str, int]:
+        root = ET.parse(self.out / "junit.xml").getroot()
+        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+        return {k: sum(int(s.get(k, 0)) for s in suites)
+                for k in ("tests", "failures", "errors", "skipped")}
+
+    def junit_problems(self) -> list[str]:
+        """'<test id>: <first line of the failure>' for each failed or errored in-guest test."""
+        out = []
+        for case in ET.parse(self.out / "junit.xml").getroot().iter("testcase"):
+            for bad in list(case.findall("failure")) + list(case.findall("error")):
+                first = (bad.get("message") or "").splitlines()[:1]
+                out.append(f"{case.get('classname')}::{case.get('name')}: {' '.join(first)[:200]}")
+        return out
+
+    def bad_dmesg_lines(self) -> list[str]:
+        return [ln for ln in (self.text("dmesg.txt") or "").splitlines() if BAD_DMESG.search(ln)]
+
+    def tail(self, name: str = "guest.log", n: int = 60) -> str:
+        return "\n".join((self.text(name) or f"(no {name})").splitlines()[-n:])
+
+
+def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[str]:
+    cmd = ["vng", "--run", str(kernel.vmlinuz), "--disable-kvm",   # /dev/kvm cannot run a guest here
+           "--cpus", str(spec.cpus), "--memory", spec.memory, f"--rwdir={out}"]
+    # The guest mounts a tmpfs over /var/cache: share the header tree BCC needs.
+    if (cache / "headers").is_dir():
+        cmd.append(f"--rodir={cache / 'headers'}")
+    for a in spec.append:
+        cmd += ["--append", a]
+    return cmd + ["--exec", f"bash {out}/run.sh"]
+
+
+def boot(spec, pytest_args: str = "", log=print) -> GuestRun:
+    cache = vmkernels.cache_root()
+    kernel = vmkernels.fetch(spec.series, log=log)
+    out = cache / "vm-runs" / spec.id
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / "run.sh").write_text(GUEST_SCRIPT.format(
+        out=out, cache=cache, repo=REPO, python=sys.executable, pytest_args=pytest_args,
+        pytest_timeout=spec.timeout_s - 120, cpus=spec.cpus, nodes=spec.numa_nodes))
+    env = dict(os.environ)
+    # vng starts virtme-run through $PATH; the venv's bin is not on it under plain `.venv/bin/python`.
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    cmd = ["timeout", "--kill-after=30", str(spec.timeout_s)] + vng_command(kernel, spec, out, cache)
+    log("guest: " + shlex.join(cmd))
+    t0 = time.monotonic()
+    with open(out / "vng.log", "wb") as vlog:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=vlog, stderr=subprocess.STDOUT, env=env)
+    run = GuestRun(kernel, out, time.monotonic() - t0, p.returncode)
+    _keep_btf(run, cache)
+    RUNS.append((spec.id, run))
+    return run
+
+
+def _keep_btf(run: GuestRun, cache: Path) -> None:
+    """Store the guest's /sys/kernel/btf/vmlinux as $CACHE/btf/<release>.btf."""
+    btf, release = run.out / "vmlinux.btf", (run.text("release") or "").strip()
+    if btf.exists() and release:
+        dest = cache / "btf" / f"{release}.btf"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        shutil.move(btf, tmp)
+        tmp.rename(dest)
