@@ -139,8 +139,13 @@ static __always_inline int task_wanted(u32 tgid, u32 tid)
  * (checked by the loader), so one 8-byte read fetches both. */
 struct fph_head { u32 state; u32 hash_mask; };
 
-static __always_inline void emit_hash_seen(u32 tgid, u64 mm, u64 hash)
+/* One event with the task's futex hash state: the hash in use and any
+ * replacement waiting for its pivot, with their sizes. Slow paths only. */
+static __always_inline void emit_task_event(u32 type, s64 arg0, s64 arg1, s64 ret)
 {
+	u64 id = bpf_get_current_pid_tgid();
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	u64 mm = read_ptr((u64)task + OFF_TASK_MM);
 	struct ft_event *e = events.ringbuf_reserve(sizeof(struct ft_event));
 	if (!e) {
 		count(FTC_LOST_EVENTS);
@@ -148,20 +153,32 @@ static __always_inline void emit_hash_seen(u32 tgid, u64 mm, u64 hash)
 	}
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts = bpf_ktime_get_ns();
-	e->type = FTE_HASH_SEEN;
-	e->tgid = tgid;
-	e->tid = (u32)bpf_get_current_pid_tgid();
+	e->type = type;
+	e->tgid = id >> 32;
+	e->tid = (u32)id;
 	e->cpu = bpf_get_smp_processor_id();
 	e->mm = mm;
-	e->hash = hash;
-	if (hash) {
+	e->arg0 = arg0;
+	e->arg1 = arg1;
+	e->ret = ret;
+	u64 signal = read_ptr((u64)task + OFF_TASK_SIGNAL);
+	if (signal)
+		bpf_probe_read_kernel(&e->nr_threads, 4, (void *)(signal + OFF_SIGNAL_NR_THREADS));
+	if (mm) {
+		e->hash = read_ptr(mm + OFF_MM_PHASH);
+		e->hash_new = read_ptr(mm + OFF_MM_PHASH_NEW);
+	}
+	if (e->hash) {
 		struct fph_head h = {};
-		bpf_probe_read_kernel(&h, sizeof(h), (void *)(hash + OFF_FPH_STATE));
+		bpf_probe_read_kernel(&h, sizeof(h), (void *)(e->hash + OFF_FPH_STATE));
 		e->hash_mask = h.hash_mask;
 		e->state = h.state;
-		bpf_probe_read_kernel(&e->custom, 1, (void *)(hash + OFF_FPH_CUSTOM));
+		bpf_probe_read_kernel(&e->custom, 1, (void *)(e->hash + OFF_FPH_CUSTOM));
 	}
-	e->hash_new = read_ptr(mm + OFF_MM_PHASH_NEW);
+	if (e->hash_new) {
+		bpf_probe_read_kernel(&e->hash_new_mask, 4, (void *)(e->hash_new + OFF_FPH_MASK));
+		bpf_probe_read_kernel(&e->new_custom, 1, (void *)(e->hash_new + OFF_FPH_CUSTOM));
+	}
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 	events.ringbuf_submit(e, 0);
 }
@@ -188,8 +205,7 @@ static __always_inline void check_hash(u32 tgid, u64 ident)
 		return;
 	struct mm_seen now = { .hash = ident };
 	mm_hash.update(&tgid, &now);
-	u64 mm = current_mm();
-	emit_hash_seen(tgid, mm, mm ? read_ptr(mm + OFF_MM_PHASH) : 0);
+	emit_task_event(FTE_HASH_SEEN, 0, 0, 0);
 }
 
 /* Add a cache slot's counts into the bounded `futexes` map. */
@@ -315,47 +331,6 @@ static __always_inline u32 account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask,
 	return bucket;
 }
 
-static __always_inline void emit_task_event(u32 type, s64 arg0, s64 arg1, s64 ret)
-{
-	u64 id = bpf_get_current_pid_tgid();
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	u64 mm = read_ptr((u64)task + OFF_TASK_MM);
-	struct ft_event *e = events.ringbuf_reserve(sizeof(struct ft_event));
-	if (!e) {
-		count(FTC_LOST_EVENTS);
-		return;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts = bpf_ktime_get_ns();
-	e->type = type;
-	e->tgid = id >> 32;
-	e->tid = (u32)id;
-	e->cpu = bpf_get_smp_processor_id();
-	e->mm = mm;
-	e->arg0 = arg0;
-	e->arg1 = arg1;
-	e->ret = ret;
-	u64 signal = read_ptr((u64)task + OFF_TASK_SIGNAL);
-	if (signal)
-		bpf_probe_read_kernel(&e->nr_threads, 4, (void *)(signal + OFF_SIGNAL_NR_THREADS));
-	if (mm) {
-		e->hash = read_ptr(mm + OFF_MM_PHASH);
-		e->hash_new = read_ptr(mm + OFF_MM_PHASH_NEW);
-	}
-	if (e->hash) {
-		struct fph_head h = {};
-		bpf_probe_read_kernel(&h, sizeof(h), (void *)(e->hash + OFF_FPH_STATE));
-		e->hash_mask = h.hash_mask;
-		e->state = h.state;
-		bpf_probe_read_kernel(&e->custom, 1, (void *)(e->hash + OFF_FPH_CUSTOM));
-	}
-	if (e->hash_new) {
-		bpf_probe_read_kernel(&e->hash_new_mask, 4, (void *)(e->hash_new + OFF_FPH_MASK));
-		bpf_probe_read_kernel(&e->new_custom, 1, (void *)(e->hash_new + OFF_FPH_CUSTOM));
-	}
-	bpf_get_current_comm(&e->comm, sizeof(e->comm));
-	events.ringbuf_submit(e, 0);
-}
 
 /* Raw tracepoints for the task events: no tracefs format needed, and they run
  * only on task creation/exit, never on the futex path. current = the parent. */
