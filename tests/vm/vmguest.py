@@ -89,7 +89,8 @@ class GuestRun:
 
 def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[str]:
     cmd = ["vng", "--run", str(kernel.vmlinuz), "--disable-kvm",   # /dev/kvm cannot run a guest here
-           "--cpus", str(spec.cpus), "--memory", spec.memory, f"--rwdir={out}"]
+           "--cpus", str(spec.cpus), "--memory", spec.memory, f"--rwdir={out}",
+           "--verbose"]     # the guest console (a panic, an OOM) lands in vng.log
     # The guest mounts a tmpfs over /var/cache: share the header tree BCC needs.
     if (cache / "headers").is_dir():
         cmd.append(f"--rodir={cache / 'headers'}")
