@@ -2,6 +2,8 @@
 
 One guest boot per kernel (module-scoped fixture); the tests below judge its results.
 """
+import os
+
 import pytest
 
 import kernels
@@ -18,7 +20,8 @@ _runs = {}
 def guest(request):
     spec = request.param
     if spec.id not in _runs:        # one boot per kernel, whatever order the tests run in
-        _runs[spec.id] = vmguest.boot(spec)
+        # FUTEXTRACE_VM_PYTEST_ARGS (e.g. "-k 'doctor or smoke'") narrows the in-guest run.
+        _runs[spec.id] = vmguest.boot(spec, pytest_args=os.environ.get("FUTEXTRACE_VM_PYTEST_ARGS", ""))
     return _runs[spec.id]
 
 
