@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from . import kmodel, targets
 from .aggregate import build_recording
-from .errors import EnvironmentProblem, TargetError, UsageError
+from .errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
 from .layout import COUNTER, EVENT
 from .loader import BLIND_SPOTS, Filters, Program
 
@@ -45,26 +45,36 @@ class RecordOptions:
     live_out: object | None = None    # where per-interval text goes (None: stdout)
 
 
+KPROBE_PMU = "/sys/bus/event_source/devices/kprobe"
+
+
+def kprobe_precondition(model) -> str | None:
+    """Why the kprobe method cannot work here, or None. Cheap checks only:
+    loading the real programs is the proof (see Recorder.start)."""
+    if not os.path.isdir(KPROBE_PMU):
+        return f"kernel built without CONFIG_KPROBES (no {KPROBE_PMU})"
+    if not model.probeable("futex_hash"):
+        return "futex_hash has no symbol (inlined): nothing to probe"
+    return None
+
+
 def choose_method(model, requested: str) -> tuple[str, str]:
-    """(method, why). `auto` takes what doctor proves works here."""
-    from .doctor import probe_methods, recommended_method
-    statuses = {s.name: s for s in probe_methods(model)}
-    if requested != "auto":
-        s = statuses.get(requested)
-        if s is None or not s.works:
-            why = s.reason if s else "unknown method"
+    """(method, why). `auto` prefers kprobes (they see the kernel's own bucket
+    and refcount calls) and falls back to the tracepoint method. fentry is
+    served by the kprobe programs: futex_hash may return a struct by value,
+    which fexit cannot attach to. `futextrace doctor` shows the full proof."""
+    if requested == "tracepoint":
+        return "tracepoint", "asked for with --method"
+    if requested in ("kprobe", "fentry"):
+        why = kprobe_precondition(model)
+        if why:
             raise EnvironmentProblem(f"method {requested} is not available here: {why} "
                                      "(run `futextrace doctor`, or use --method auto)")
-        return requested, "asked for with --method"
-    best = recommended_method(list(statuses.values()), model)
-    if best is None:
-        raise EnvironmentProblem("no attach method works on this kernel: run `futextrace doctor`")
-    if best not in ("kprobe", "fentry", "tracepoint"):
-        best = "tracepoint"
-    if best == "fentry":
-        best = "kprobe"  # futex_hash needs kretprobes where it returns a struct; see loader.BLIND_SPOTS
-    refused = "; ".join(f"{n}: {s.reason}" for n, s in statuses.items() if not s.works)
-    return best, f"best method that works here{' (' + refused + ')' if refused else ''}"
+        return "kprobe", "asked for with --method" + (" (fentry served by kprobes)" if requested == "fentry" else "")
+    why = kprobe_precondition(model)
+    if why:
+        return "tracepoint", f"kprobes not usable: {why}"
+    return "kprobe", "kprobes available: they see the kernel's own bucket and refcount calls"
 
 
 class Recorder:
@@ -94,7 +104,13 @@ class Recorder:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self):
-        self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes)
+        try:
+            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes)
+        except (EnvironmentProblem, KernelRefused) as e:
+            if self.opts.method != "auto" or self.method == "tracepoint":
+                raise
+            self.method, self.why = "tracepoint", f"the kprobe method failed to load ({e})"
+            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes)
         b = self.program.bpf
         b["events"].open_ring_buffer(self._on_event)
         self.t0_ns = time.monotonic_ns()
