@@ -80,8 +80,12 @@ class GuestRun:
                 out.append(f"{case.get('classname')}::{case.get('name')}: {' '.join(first)[:200]}")
         return out
 
+    def kernel_log(self) -> str:
+        """dmesg.txt, or the console in vng.log when the guest died before writing it."""
+        return self.text("dmesg.txt") or self.text("vng.log") or ""
+
     def bad_dmesg_lines(self) -> list[str]:
-        return [ln for ln in (self.text("dmesg.txt") or "").splitlines() if BAD_DMESG.search(ln)]
+        return [ln for ln in self.kernel_log().splitlines() if BAD_DMESG.search(ln)]
 
     def tail(self, name: str = "guest.log", n: int = 60) -> str:
         return "\n".join((self.text(name) or f"(no {name})").splitlines()[-n:])
@@ -94,6 +98,8 @@ def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[
     # The guest mounts a tmpfs over /var/cache: share the header tree BCC needs.
     if (cache / "headers").is_dir():
         cmd.append(f"--rodir={cache / 'headers'}")
+    if os.environ.get("FUTEXTRACE_VM_QEMU_OPTS"):     # e.g. "-accel tcg,thread=single"
+        cmd += ["--qemu-opts", os.environ["FUTEXTRACE_VM_QEMU_OPTS"]]
     for a in spec.append:
         cmd += ["--append", a]
     return cmd + ["--exec", f"bash {out}/run.sh"]
