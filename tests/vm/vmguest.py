@@ -99,7 +99,7 @@ def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[
     if (cache / "headers").is_dir():
         cmd.append(f"--rodir={cache / 'headers'}")
     if os.environ.get("FUTEXTRACE_VM_QEMU_OPTS"):     # e.g. "-accel tcg,thread=single"
-        cmd += ["--qemu-opts", os.environ["FUTEXTRACE_VM_QEMU_OPTS"]]
+        cmd.append(f"--qemu-opts={os.environ['FUTEXTRACE_VM_QEMU_OPTS']}")   # "=": the value starts with "-"
     for a in spec.append:
         cmd += ["--append", a]
     return cmd + ["--exec", f"bash {out}/run.sh"]
