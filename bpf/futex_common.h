@@ -237,8 +237,6 @@ static __always_inline int slot_hit(struct cache_slot *cs, struct futex_stat_key
 		return 0;
 	cs->st.lookups++;
 	cs->st.atomic_lookups += atomic;
-	if (kernel_bucket != cs->st.kernel_bucket)
-		count(FTC_KERNEL_MISMATCH);
 	return 1;
 }
 

@@ -67,8 +67,11 @@ int kr_futex_hash(struct pt_regs *ctx)
 	}
 	int priv = !(key.offset & (FUT_OFF_INODE_ | FUT_OFF_MMSHARED_));
 	u64 uaddr = key.word + (key.offset & ~3U);
-	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv,
-		       key.node, kbucket);
+	u32 bucket = account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv,
+				    key.node, kbucket);
+	/* Our jhash2 of the key against the bucket the kernel really chose. */
+	if (fph && mask && bucket != kbucket)
+		count(FTC_KERNEL_MISMATCH);
 	return 0;
 }
 

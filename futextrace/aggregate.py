@@ -19,6 +19,7 @@ from .timeline import build_timeline
 SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1
 KIND_NAMES = {v: k.removeprefix("FT_").lower() for k, v in KIND.items()}
+UNKNOWN = 0xFFFFFFFF  # a bucket the kernel did not report (tracepoint method)
 HOTTEST = 10          # hottest buckets listed per hash
 ADDRS_PER_BUCKET = 8  # futex addresses listed per hot bucket
 
@@ -98,6 +99,9 @@ def _hash_summary(kind: str, nbuckets: int, futexes: list[dict], node_of: dict) 
         "futexes_per_bucket_hist": _log2_slots(
             [len(b["futexes"]) for b in by_bucket.values()] + [0] * max(0, nbuckets - len(counts))),
         "collisions": sum(len(b["futexes"]) - 1 for b in by_bucket.values() if len(b["futexes"]) > 1),
+        # kprobe method: lookups whose bucket was also taken from the kernel's
+        # returned pointer (any disagreement is in totals.kernel_mismatch).
+        "kernel_checked": sum(f["lookups"] for f in futexes if f.get("kernel_bucket", UNKNOWN) != UNKNOWN),
         "hottest": [{
             "bucket": bucket, "node": None if node < 0 else node, "lookups": b["lookups"],
             "futexes": len(b["futexes"]),
