@@ -92,8 +92,11 @@ def map_ids(pid: int) -> set[int]:
 
 def map_entries(map_id: int) -> tuple[str, int, int | None]:
     """(name, max_entries, entries now); entries None for maps not worth dumping."""
-    info = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(map_id)],
-                                     capture_output=True, text=True, check=True).stdout)
+    out = subprocess.run(["bpftool", "-j", "map", "show", "id", str(map_id)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:      # the recording ended between two samples
+        return None
+    info = json.loads(out.stdout)
     if info["type"] in ("ringbuf", "array", "percpu_array"):
         return info["name"], info["max_entries"], None   # fixed size by construction
     dump = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(map_id)],
@@ -123,7 +126,9 @@ def main() -> int:
         t0 = time.monotonic()
         while tracer.poll() is None:
             rss = rss_kib(tracer.pid)
-            maps = sorted(map_entries(i) for i in ids)
+            maps = sorted(m for m in (map_entries(i) for i in ids) if m is not None)
+            if not maps:
+                break
             counted = [(n, mx, e) for n, mx, e in maps if e is not None]
             if header is None:
                 header = "  t(s)  RSS(MiB)  " + "  ".join(f"{n}(/{mx})" for n, mx, _ in counted) \
