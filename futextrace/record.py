@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -122,6 +123,36 @@ class Recorder:
     def stop(self, *_):
         self._stop = True
 
+    def kprobe_misses(self) -> int:
+        """Hits the kernel dropped on our probes: a kprobe program skipped
+        because another BPF program was running on that CPU (the program's
+        recursion_misses), or a kprobe the kernel itself missed (kprobe_profile,
+        when BCC created the probe through tracefs). Shown, never silent."""
+        if self.method != "kprobe":
+            return 0
+        missed = 0
+        for fn in self.program.bpf.funcs.values():
+            try:
+                with open(f"/proc/self/fdinfo/{fn.fd}") as f:
+                    prog_id = next(int(l.split()[1]) for l in f if l.startswith("prog_id:"))
+                out = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(prog_id)],
+                                     capture_output=True, text=True, timeout=10)
+                missed += int(json.loads(out.stdout or "{}").get("recursion_misses", 0))
+            except (OSError, StopIteration, ValueError, subprocess.SubprocessError):
+                continue
+        tag = f"_bcc_{os.getpid()}"
+        for base in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+            try:
+                with open(f"{base}/kprobe_profile") as f:
+                    for line in f:
+                        parts = line.split()
+                        if len(parts) >= 3 and parts[0].endswith(tag):
+                            missed += int(parts[2])
+                break
+            except OSError:
+                continue
+        return missed
+
     def close(self):
         if self.program is not None:
             self.program.close()
@@ -221,7 +252,7 @@ class Recorder:
                     per_cpu[cpu] = s.st
                     add(s.key, per_cpu)
         return {"counters": self.counters(), "futexes": futexes, "events": self.events,
-                "intervals": self.intervals}
+                "intervals": self.intervals, "kprobe_missed": self.kprobe_misses()}
 
     def recording(self, duration: float) -> dict:
         raw = self.dump()

@@ -59,6 +59,9 @@ def render_text(rec: dict) -> str:
                    "(raise --max-futexes)")
     if t["lost_events"]:
         out.append(f"  {t['lost_events']} events lost: ring buffer full")
+    if t.get("kprobe_missed"):
+        out.append(f"  {t['kprobe_missed']} kprobe hits missed by the kernel (nested BPF or no free "
+                   "kretprobe instance): those lookups are not counted")
     if t.get("read_faults"):
         out.append(f"  {t['read_faults']} kernel/user reads failed")
     if t.get("kernel_mismatch"):

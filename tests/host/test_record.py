@@ -64,8 +64,10 @@ def check_counts(rec: dict, buckets: int, iters: int) -> None:
     addrs = [int(a, 16) for t in wl["per_thread"] for a in t["addrs"]]
     expected = Counter(private_bucket(a, buckets - 1) for a in addrs for _ in range(iters))
     seen = {int(k): v for k, v in private_hash_of(rec, buckets)["bucket_counts"].items()}
+    # A kprobe hit the kernel dropped is reported, not hidden: allow exactly those.
+    missed = rec["totals"].get("kprobe_missed", 0)
     for bucket, n in expected.items():
-        assert seen.get(bucket, 0) - n in range(0, 8), (bucket, n, seen.get(bucket))
+        assert seen.get(bucket, 0) - n in range(-missed, 8), (bucket, n, seen.get(bucket), missed)
     assert sum(seen.get(b, 0) for b in expected) - sum(expected.values()) < 8
 
 

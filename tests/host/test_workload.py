@@ -32,12 +32,14 @@ def futexbench(tmp_path_factory):
     old = os.environ.get("FUTEXTRACE_CACHE")
     os.environ["FUTEXTRACE_CACHE"] = str(cache)
     try:
-        yield str(build.workload_path())
+        path = str(build.workload_path())
     finally:
+        # Restore at once: later tests (the VM guests) need the real cache.
         if old is None:
             del os.environ["FUTEXTRACE_CACHE"]
         else:
             os.environ["FUTEXTRACE_CACHE"] = old
+    yield path
 
 
 def run(binary, *args, check=True):
