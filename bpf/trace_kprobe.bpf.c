@@ -104,6 +104,24 @@ int kp_futex_private_hash_put(struct pt_regs *ctx)
 	return 0;
 }
 
+#ifdef BUCKET_HAS_PRIV
+/* futex_hash_put(hb) (6.17-7.1): drops the lookup's reference through
+ * hb->priv; its call to futex_private_hash_put() is inlined there. */
+int kp_futex_hash_put(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	u64 fph = read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV);
+	if (!fph)
+		return 0;
+	u32 state = 0;
+	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
+	count(state ? FTC_REF_PUT_ATOMIC : FTC_REF_PUT_PERCPU);
+	return 0;
+}
+#endif
+
 /* futex_hash_allocate(hash_slots, flags): every resize request. */
 BPF_HASH(alloc_args, u64, struct key_copy, 1024);
 

@@ -11,6 +11,7 @@ PROBES = [
     ("futex_hash", "kr_futex_hash", "return", True),
     ("futex_private_hash", "kr_futex_private_hash", "return", False),
     ("futex_private_hash_put", "kp_futex_private_hash_put", "entry", False),
+    ("futex_hash_put", "kp_futex_hash_put", "entry", False),   # 6.17-7.1 only (hb->priv)
     ("futex_hash_allocate", "kp_futex_hash_allocate", "entry", False),
     ("futex_hash_allocate", "kr_futex_hash_allocate", "return", False),
     ("__futex_pivot_hash", "kr_futex_pivot_hash", "return", False),
@@ -29,6 +30,8 @@ def cflags(model) -> list[str]:
 def attach_kprobes(bpf, model, method: str) -> list[str]:
     attached, missing = [], []
     for func, fn, kind, needed in PROBES:
+        if fn == "kp_futex_hash_put" and not model.bucket_has_priv:
+            continue   # 7.2+: no futex_hash_put, puts go through futex_private_hash_put
         info = model.functions.get(func)
         sym = info.symbol if info and info.has_symbol and info.symbol else None
         if sym is None:

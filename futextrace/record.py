@@ -269,7 +269,10 @@ class Recorder:
                   "clone_rule": self.model.clone_rule, "hash_returns": self.model.hash_returns,
                   "mm_layout": self.model.mm_layout}
         method = {"name": self.method, "why": self.why, "blind_spots": BLIND_SPOTS[self.method],
-                  "probes": self.program.probes}
+                  "probes": self.program.probes,
+                  "refcount_probes": [p for p in self.program.probes
+                                      if p.startswith("k") and ("private_hash" in p or "hash_put" in p
+                                                                or p.endswith(":futex_hash"))]}
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
             self.comms.setdefault(pid, targets.comm_of(pid))
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
