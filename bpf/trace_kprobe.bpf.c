@@ -90,13 +90,11 @@ int kr_futex_private_hash(struct pt_regs *ctx)
 	return 0;
 }
 
-int kp_futex_private_hash_put(struct pt_regs *ctx)
+/* One reference dropped on `fph`, on the per-CPU counter or the shared atomic. */
+static __always_inline int count_put(u64 fph)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	if (!task_wanted(id >> 32, (u32)id))
-		return 0;
-	u64 fph = PT_REGS_PARM1(ctx);
-	if (!fph)
+	if (!fph || !task_wanted(id >> 32, (u32)id))
 		return 0;
 	u32 state = 0;
 	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
@@ -104,21 +102,17 @@ int kp_futex_private_hash_put(struct pt_regs *ctx)
 	return 0;
 }
 
+int kp_futex_private_hash_put(struct pt_regs *ctx)
+{
+	return count_put(PT_REGS_PARM1(ctx));
+}
+
 #ifdef BUCKET_HAS_PRIV
 /* futex_hash_put(hb) (6.17-7.1): drops the lookup's reference through
  * hb->priv; its call to futex_private_hash_put() is inlined there. */
 int kp_futex_hash_put(struct pt_regs *ctx)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	if (!task_wanted(id >> 32, (u32)id))
-		return 0;
-	u64 fph = read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV);
-	if (!fph)
-		return 0;
-	u32 state = 0;
-	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
-	count(state ? FTC_REF_PUT_ATOMIC : FTC_REF_PUT_PERCPU);
-	return 0;
+	return count_put(read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV));
 }
 #endif
 
