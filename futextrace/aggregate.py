@@ -80,7 +80,7 @@ def imbalance(counts: list[int]) -> dict:
     }
 
 
-def _hash_summary(kind: str, nbuckets: int, futexes: list[dict], node_of: dict) -> dict:
+def _hash_summary(kind: str, nbuckets: int, futexes: list[dict]) -> dict:
     by_bucket: dict[tuple, dict] = {}
     for f in futexes:
         b = by_bucket.setdefault((f["node"], f["bucket"]), {"lookups": 0, "futexes": []})
@@ -152,14 +152,14 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
             groups[(f["kind"], f["hash_mask"])].append(f)
         for (kind, mask), group in sorted(groups.items(), key=lambda kv: -sum(f["lookups"] for f in kv[1])):
             if kind == "private":
-                hashes.append(_hash_summary("private", mask + 1, group, cpu_node))
+                hashes.append(_hash_summary("private", mask + 1, group))
             elif kind == "global_shared":
                 hashes.append({"kind": "global_shared", "buckets": gsize * len(nodes),
                                "lookups": sum(f["lookups"] for f in group),
                                "distinct_futexes": len(group),
                                "note": "shared futexes: bucket not computable from a tracepoint"})
             else:
-                hashes.append(_hash_summary(kind, gsize * len(nodes), group, cpu_node))
+                hashes.append(_hash_summary(kind, gsize * len(nodes), group))
         processes.append({"pid": tgid, "comm": comms.get(tgid, ""),
                           "lookups": sum(f["lookups"] for f in fs), "hashes": hashes})
 

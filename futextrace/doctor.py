@@ -17,9 +17,9 @@ from pathlib import Path
 
 from . import kmodel, prctl
 from .errors import EnvironmentProblem
+from .headers import ensure_tracefs
 
 KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
-TRACEFS = Path("/sys/kernel/tracing")
 PREFERENCE = ["fentry", "kprobe", "tracepoint", "raw_tracepoint"]
 LABELS = {"fentry": "fentry/fexit", "kprobe": "kprobe/kretprobe",
           "tracepoint": "tracepoint", "raw_tracepoint": "raw tracepoint"}
@@ -73,14 +73,6 @@ def _futex_call() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     word = ctypes.c_uint32(0)
     libc.syscall(202, ctypes.byref(word), 129, 1, None, None, 0)
-
-
-def ensure_tracefs() -> None:
-    """Tracepoint attach needs tracefs; some machines do not mount it at boot."""
-    if (TRACEFS / "events").is_dir():
-        return
-    subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
-                   capture_output=True, check=False)
 
 
 def capabilities() -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import topology as topo_mod
 from .btf import Btf, BtfError, Digest, TypeSource
 from .errors import EnvironmentProblem, FileProblem
+from .jhash import roundup_pow_of_two
 from .kallsyms import Kallsyms, Symbol
 
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
@@ -89,10 +90,6 @@ class GlobalHash:
     source: str                   # "formula+dmesg", "formula", "dmesg", "unknown"
     formula_buckets: int | None = None
     dmesg_buckets: int | None = None
-
-
-def roundup_pow_of_two(n: int) -> int:
-    return 1 << (max(1, n) - 1).bit_length()
 
 
 def global_hash_formula(possible_cpus: int, possible_nodes: int) -> int:

@@ -82,7 +82,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int) -> list[s
     g = model.global_hash
     off["GLOBAL_MASK"] = g.buckets_per_node - 1
     off["GLOBAL_SHIFT"] = g.shift
-    off["NR_NODE_IDS"] = max(1, len(model.topology.nodes) and max(model.topology.nodes) + 1)
+    off["NR_NODE_IDS"] = max(model.topology.nodes, default=0) + 1
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
     off["MAX_FUTEXES"] = max_futexes
@@ -168,11 +168,6 @@ class Program:
                 key = t.Key()
                 key.comm = c.encode()[:15]
                 t[key] = one
-
-    def add_pid(self, pid: int):
-        import ctypes as ct
-        t = self._bpf["tgid_filter"]
-        t[t.Key(pid)] = ct.c_uint8(1)
 
     def close(self):
         if self._bpf is not None:

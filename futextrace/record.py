@@ -46,13 +46,11 @@ class RecordOptions:
     live_out: object | None = None    # where per-interval text goes (None: stdout)
 
 
-KPROBE_PMU = "/sys/bus/event_source/devices/kprobe"
-
-
 def kprobe_precondition(model) -> str | None:
     """Why the kprobe method cannot work here, or None. Cheap checks only:
     loading the real programs is the proof (see Recorder.start)."""
-    if not os.path.isdir(KPROBE_PMU):
+    from .doctor import KPROBE_PMU
+    if not KPROBE_PMU.is_dir():
         return f"kernel built without CONFIG_KPROBES (no {KPROBE_PMU})"
     if not model.probeable("futex_hash"):
         return "futex_hash has no symbol (inlined): nothing to probe"
@@ -116,9 +114,6 @@ class Recorder:
         b["events"].open_ring_buffer(self._on_event)
         self.t0_ns = time.monotonic_ns()
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-    def add_pid(self, pid: int):
-        self.program.add_pid(pid)
 
     def stop(self, *_):
         self._stop = True
