@@ -9,6 +9,7 @@ machine shifts both halves of a pair alike.
 Conditions:
   untraced     the workload alone
   raw-empty    an empty BPF program on raw_tracepoint:sys_enter (every syscall)
+  btf-empty    an empty BPF program on tp_btf:sys_enter, the hook futextrace uses
   tp-empty     an empty BPF program on tracepoint syscalls:sys_enter_futex
   futextrace   futextrace's tracepoint method, whole system, ring buffer drained
                (Recorder API directly: no CLI start-up in the numbers)
@@ -30,8 +31,9 @@ import subprocess
 import sys
 import threading
 
-CONDITIONS = ["untraced", "raw-empty", "tp-empty", "futextrace"]
+CONDITIONS = ["untraced", "raw-empty", "btf-empty", "tp-empty", "futextrace"]
 EMPTY = {"raw-empty": "RAW_TRACEPOINT_PROBE(sys_enter) { return 0; }",
+         "btf-empty": "int ft_btf_sys_enter(u64 *ctx) { return 0; }",
          "tp-empty": "TRACEPOINT_PROBE(syscalls, sys_enter_futex) { return 0; }"}
 
 
@@ -65,10 +67,16 @@ def run_traced(cond: str, argv, parse, model) -> float:
         from futextrace.headers import bcc_environment
         bcc_environment()
         from bcc import BPF
-        b = BPF(text=EMPTY[cond])      # auto-attached at load
+        b = BPF(text=EMPTY[cond])      # auto-attached at load, except tp_btf
+        links = []
         try:
+            if cond == "btf-empty":
+                from futextrace import tpbtf
+                links.append(tpbtf.attach(b, "ft_btf_sys_enter", model.tp_btf_ids["sys_enter"]))
             return run_workload(argv, parse)
         finally:
+            for fd in links:
+                os.close(fd)
             b.cleanup()
     from futextrace.record import Recorder, RecordOptions
     rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w")), model)

@@ -53,23 +53,26 @@ static __always_inline int futex_cmd_keys(u32 cmd)
 	return 0;
 }
 
-RAW_TRACEPOINT_PROBE(sys_enter)
+/*
+ * The futex syscall hot path. Every helper call costs a call and a return
+ * (with return-thunk mitigations, several ns each), so the task comes from the
+ * one helper that gives a BTF-typed pointer, and tgid/pid/regs are plain loads.
+ */
+static __always_inline int traced_nr(u64 nr)
 {
-	u64 nr = ctx->args[1];
-	if (nr != NR_futex && nr != NR_futex_wait && nr != NR_futex_wake &&
-	    nr != NR_futex_waitv && nr != NR_futex_requeue && nr != NR_prctl)
-		return 0;
+	return nr == NR_futex || nr == NR_futex_wait || nr == NR_futex_wake ||
+	       nr == NR_futex_waitv || nr == NR_futex_requeue || nr == NR_prctl;
+}
 
-	u64 id = bpf_get_current_pid_tgid();
-	u32 tgid = id >> 32;
-	if (!task_wanted(tgid, (u32)id))
+static __always_inline int on_sys_enter(u64 nr, struct task_struct *task, void *regs)
+{
+	u32 tgid = LOAD(u32, task, OFF_TASK_TGID);
+	u32 tid = LOAD(u32, task, OFF_TASK_PID);
+	if (!task_wanted(tgid, tid))
 		return 0;
-	struct task_struct *task = bpf_get_current_task_btf();
-	void *regs = (void *)bpf_task_pt_regs(task);
 
 	if (nr == NR_prctl) {
 		if (LOAD(u64, regs, OFF_REGS_DI) == PR_FUTEX_HASH_) {
-			u32 tid = (u32)id;
 			u8 one = 1;
 			prctl_pending.update(&tid, &one);
 			emit_task_event(FTE_PRCTL_ENTER, LOAD(u64, regs, OFF_REGS_DX),
@@ -147,17 +150,44 @@ RAW_TRACEPOINT_PROBE(sys_enter)
 	return 0;
 }
 
-TRACEPOINT_PROBE(syscalls, sys_exit_prctl)
+static __always_inline int on_sys_exit(struct task_struct *task, s64 ret)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	if (!task_wanted(id >> 32, (u32)id))
-		return 0;
 	/* Only answers to our prctl: the enter side recorded it by tid. */
-	u32 tid = (u32)id;
+	u32 tid = LOAD(u32, task, OFF_TASK_PID);
 	u8 *pending = prctl_pending.lookup(&tid);
 	if (!pending)
 		return 0;
 	prctl_pending.delete(&tid);
-	emit_task_event(FTE_PRCTL_EXIT, 0, 0, args->ret);
+	emit_task_event(FTE_PRCTL_EXIT, 0, 0, ret);
 	return 0;
+}
+
+/*
+ * Entry points. Preferred: the BTF-enabled sys_enter tracepoint (tp_btf),
+ * whose pt_regs argument is a typed pointer read with plain loads. Where the
+ * kernel refuses it, the raw tracepoint takes over and gets regs from a
+ * helper. None is attached by BCC's name-based autoload: the loader picks.
+ */
+int ft_btf_sys_enter(u64 *ctx)
+{
+	if (!traced_nr(ctx[1]))
+		return 0;
+	return on_sys_enter(ctx[1], bpf_get_current_task_btf(), (void *)ctx[0]);
+}
+
+int ft_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (!traced_nr(ctx->args[1]))
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	return on_sys_enter(ctx->args[1], task, (void *)bpf_task_pt_regs(task));
+}
+
+/* prctl's result comes from its own syscall tracepoint, which the kernel
+ * filters by syscall number: no program runs on other syscalls' exits. (A
+ * program on sys_exit would run on every syscall: measured, it costs as much
+ * again as the whole sys_enter side.) */
+int ft_tp_sys_exit_prctl(struct tracepoint__syscalls__sys_exit_prctl *args)
+{
+	return on_sys_exit(bpf_get_current_task_btf(), args->ret);
 }

@@ -58,8 +58,10 @@ OFFSETS = {
     "futex_key.both.node": ("futex_key", ["both.node"]),
     "futex_key.private.address": ("futex_key", ["private.address"]),
 }
-for _r in ("di", "si", "dx", "r10", "r8", "r9", "ax"):
+for _r in ("di", "si", "dx", "r10", "r8", "r9", "ax", "orig_ax"):
     OFFSETS[f"pt_regs.{_r}"] = ("pt_regs", [_r])
+
+TP_BTF = ["sys_enter"]   # tracepoints the tracepoint method attaches as tp_btf
 
 SIZES = ["futex_hash_bucket", "futex_private_hash", "futex_key", "futex_bucket_ref"]
 
@@ -131,6 +133,8 @@ class KernelModel:
     clone_rule_source: str = "unknown"
     symbols_source: str = "none"      # "kallsyms", "system-map", "digest", "btf" (FUNC implies a symbol)
     notes: list[str] = field(default_factory=list)
+    # BTF ids of the running kernel's `btf_trace_<tp>` typedefs: tp_btf attach points.
+    tp_btf_ids: dict[str, int] = field(default_factory=dict)
 
     def probeable(self, name: str) -> bool:
         f = self.functions.get(name)
@@ -258,6 +262,14 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
         else:
             clone_src = "no private hash"
 
+    tp_btf_ids = {}
+    if live and btf_path is None:   # ids are only meaningful for the BTF the kernel loaded
+        for tp in TP_BTF:
+            ids = btf.ids_named(f"btf_trace_{tp}")
+            if ids:
+                tp_btf_ids[tp] = ids[0]
+
     return KernelModel(release, btf_path or VMLINUX_BTF, private_hash, mm_layout, hash_returns,
                        offsets["futex_hash_bucket.priv"] is not None, functions, offsets, sizes,
-                       gh, data_symbol, topology, clone_rule, clone_src, sym_source, notes)
+                       gh, data_symbol, topology, clone_rule, clone_src, sym_source, notes,
+                       tp_btf_ids)

@@ -59,6 +59,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int) -> list[s
         "OFF_TASK_MM": _need(model, "task_struct.mm"),
         "OFF_TASK_SIGNAL": _need(model, "task_struct.signal"),
         "OFF_TASK_PID": _need(model, "task_struct.pid"),
+        "OFF_TASK_TGID": _need(model, "task_struct.tgid"),
         "OFF_SIGNAL_NR_THREADS": _need(model, "signal_struct.nr_threads"),
         "OFF_MM_PHASH": _need(model, "mm_struct.futex_phash"),
         "OFF_MM_PHASH_NEW": _need(model, "mm_struct.futex_phash_new"),
@@ -71,6 +72,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int) -> list[s
         "OFF_REGS_DX": _need(model, "pt_regs.dx"),
         "OFF_REGS_R10": _need(model, "pt_regs.r10"),
         "OFF_REGS_R8": _need(model, "pt_regs.r8"),
+        "OFF_REGS_ORIG_AX": _need(model, "pt_regs.orig_ax"),
     }
     state = model.offsets.get("futex_private_hash.state")
     # One 8-byte read fetches {state, hash_mask}; needs them adjacent (6.17+).
@@ -129,6 +131,8 @@ class Program:
         self.method = method
         self.filters = filters or Filters()
         self.probes: list[str] = []
+        self.fallback_reason: str | None = None   # why the preferred hooks were not used
+        self._links: list[int] = []
         cflags = cflags_for(model, method, self.filters, max_futexes) + (extra_cflags or [])
         self._bpf = None
         try:
@@ -138,8 +142,8 @@ class Program:
         atexit.register(self.close)
         self._fill_filters()
         if method == "tracepoint":
-            self.probes = ["raw_tracepoint:sys_enter", "tracepoint:syscalls:sys_exit_prctl",
-                           "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
+            self.probes = self._attach_syscall_hooks(model) + [
+                "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
         else:
             from .kprobes import attach_kprobes
             try:
@@ -147,6 +151,33 @@ class Program:
             except Exception:
                 self.close()
                 raise
+
+    def _attach_syscall_hooks(self, model) -> list[str]:
+        """sys_enter as a BTF tracepoint where the kernel takes it (plain loads
+        of the syscall's registers: the cheap path), else as a raw tracepoint;
+        and prctl's own exit tracepoint for PR_FUTEX_HASH results."""
+        from . import tpbtf
+        probes = []
+        tp_id = model.tp_btf_ids.get("sys_enter")
+        if tp_id is not None and not os.environ.get("FUTEXTRACE_NO_TP_BTF"):
+            try:
+                self._links.append(tpbtf.attach(self._bpf, "ft_btf_sys_enter", tp_id))
+                probes.append("tp_btf:sys_enter")
+            except KernelRefused as e:
+                self.fallback_reason = str(e)
+        try:
+            if not probes:
+                self._bpf.attach_raw_tracepoint(tp=b"sys_enter", fn_name=b"ft_raw_sys_enter")
+                probes.append("raw_tracepoint:sys_enter")
+            self._bpf.attach_tracepoint(tp=b"syscalls:sys_exit_prctl", fn_name=b"ft_tp_sys_exit_prctl")
+        except Exception as e:  # BCC raises bare Exceptions
+            self.close()
+            raise KernelRefused(f"the kernel refused the syscall tracepoints: {str(e).splitlines()[0]}")
+        return probes + ["tracepoint:syscalls:sys_exit_prctl"]
+
+    def _close_links(self):
+        while self._links:
+            os.close(self._links.pop())
 
     @property
     def bpf(self):
@@ -170,6 +201,7 @@ class Program:
                 t[key] = one
 
     def close(self):
+        self._close_links()
         if self._bpf is not None:
             try:
                 self._bpf.cleanup()

@@ -265,6 +265,7 @@ class Recorder:
                   "mm_layout": self.model.mm_layout}
         method = {"name": self.method, "why": self.why, "blind_spots": BLIND_SPOTS[self.method],
                   "probes": self.program.probes,
+                  "probes_fallback": self.program.fallback_reason,
                   "refcount_probes": [p for p in self.program.probes
                                       if p.startswith("k") and ("private_hash" in p or "hash_put" in p
                                                                 or p.endswith(":futex_hash"))]}

@@ -49,7 +49,8 @@ def render_text(rec: dict) -> str:
     t = rec["totals"]
     m = rec["method"]
     out = [f"futextrace: method {m['name']} ({m['why']})",
-           f"  probes: {', '.join(m['probes'])}",
+           f"  probes: {', '.join(m['probes'])}"
+           + (f" (fallback: {m['probes_fallback']})" if m.get("probes_fallback") else ""),
            "  cannot see: " + "; ".join(m["blind_spots"]),
            "",
            f"Lookups: {t['lookups']} in {rec['duration_s']:.2f} s ({t['lookups_per_s']:.0f}/s); "

@@ -36,11 +36,12 @@ def leftover_programs(before: set[int]) -> set[int]:
     return new
 
 
-def record(tmp_path, *args) -> tuple[dict, subprocess.CompletedProcess]:
+def record(tmp_path, *args, env=None) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / "rec.json"
     before = bpf_prog_ids()
     p = subprocess.run([*FT, "record", "-q", "--json", str(out), *args],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300,
+                       env=None if env is None else {**os.environ, **env})
     assert leftover_programs(before) == set(), "BPF programs left attached"
     assert "Traceback" not in p.stderr
     return (json.loads(out.read_text()) if out.exists() and out.stat().st_size else {}), p
@@ -71,12 +72,18 @@ def check_counts(rec: dict, buckets: int, iters: int) -> None:
     assert sum(seen.get(b, 0) for b in expected) - sum(expected.values()) < 8
 
 
-@pytest.mark.parametrize("buckets", [64, 512])
-def test_exact_bucket_counts_with_prctl_size(tmp_path, buckets):
+# The tracepoint method's two sys_enter hooks: tp_btf (typed loads) and the
+# raw tracepoint it falls back to where the kernel refuses tp_btf.
+HOOKS = {"tp_btf": {}, "raw_tracepoint": {"FUTEXTRACE_NO_TP_BTF": "1"}}
+
+
+@pytest.mark.parametrize("buckets, hook", [(64, "tp_btf"), (512, "tp_btf"), (64, "raw_tracepoint")])
+def test_exact_bucket_counts_with_prctl_size(tmp_path, buckets, hook):
     iters, threads, nfutex = 997, 2, 23
-    rec, p = record(tmp_path, "--", str(workload_path()), "-t", str(threads), "-f", str(nfutex),
-                    "-n", str(iters), "-b", str(buckets), "--addrs")
+    rec, p = record(tmp_path, "--method", "tracepoint", "--", str(workload_path()), "-t", str(threads),
+                    "-f", str(nfutex), "-n", str(iters), "-b", str(buckets), "--addrs", env=HOOKS[hook])
     assert p.returncode == 0, p.stderr
+    assert f"{hook}:sys_enter" in rec["method"]["probes"]
     wl = workload_result(rec)
     assert wl["slots_after"] == buckets
     assert sum(len(t["addrs"]) for t in wl["per_thread"]) == threads * nfutex

@@ -1,0 +1,68 @@
+"""Attach a BCC-compiled function as a BTF-enabled tracepoint (tp_btf).
+
+BCC 0.26 loads raw tracepoints only as BPF_PROG_TYPE_RAW_TRACEPOINT, whose
+arguments are untyped numbers. A tp_btf program (BPF_PROG_TYPE_TRACING,
+attach type BPF_TRACE_RAW_TP) gets the tracepoint's arguments as BTF-typed
+pointers the verifier lets it read with plain loads. BCC compiles the function
+(map fds already in its instructions); this module loads and attaches it with
+the bpf(2) syscall. The attachment is a file descriptor: it goes away when it
+is closed or the process dies, like BCC's own.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+from .errors import KernelRefused
+
+_NR_BPF = 321                  # x86_64
+_BPF_PROG_LOAD = 5
+_BPF_RAW_TRACEPOINT_OPEN = 17
+_BPF_PROG_TYPE_TRACING = 26
+_BPF_TRACE_RAW_TP = 23
+_ATTR_SIZE = 128               # up to attach_btf_id and then some; the kernel zero-checks the tail
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _bpf(cmd: int, attr: bytearray) -> int:
+    buf = ctypes.create_string_buffer(bytes(attr), len(attr))
+    fd = _libc.syscall(_NR_BPF, cmd, buf, len(attr))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd
+
+
+def attach(bpf, fn_name: str, btf_id: int) -> int:
+    """Load BCC function `fn_name` as tp_btf on the tracepoint whose
+    `btf_trace_<name>` typedef has BTF id `btf_id`, and attach it. Returns the attachment's fd (close it to detach)."""
+    insns = bpf.dump_func(fn_name.encode())
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(1 << 20)
+    name = fn_name.encode()[:15]
+    attr = bytearray(_ATTR_SIZE)
+    # union bpf_attr, BPF_PROG_LOAD: prog_type, insn_cnt, insns, license,
+    # log_level, log_size, log_buf, kern_version, prog_flags, prog_name[16]
+    struct.pack_into("<IIQQIIQII16s", attr, 0, _BPF_PROG_TYPE_TRACING, len(insns) // 8,
+                     ctypes.addressof(code), ctypes.addressof(license_), 1, len(log),
+                     ctypes.addressof(log), 0, 0, name)
+    struct.pack_into("<I", attr, 68, _BPF_TRACE_RAW_TP)     # expected_attach_type
+    struct.pack_into("<I", attr, 108, btf_id)               # attach_btf_id
+    try:
+        prog_fd = _bpf(_BPF_PROG_LOAD, attr)
+    except OSError as e:
+        lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
+        why = lines[-2] if len(lines) >= 2 else (lines[-1] if lines else "")
+        raise KernelRefused(f"the kernel refused tp_btf program {fn_name} ({e.strerror})"
+                            + (f": {why}" if why else ""))
+    try:
+        link = bytearray(16)
+        struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
+        return _bpf(_BPF_RAW_TRACEPOINT_OPEN, link)
+    except OSError as e:
+        raise KernelRefused(f"the kernel refused to attach tp_btf program {fn_name} ({e.strerror})")
+    finally:
+        os.close(prog_fd)     # the attachment holds the program
