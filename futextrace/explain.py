@@ -18,6 +18,7 @@ MAX_SUGGESTED = 1 << 16      # 64 Ki buckets (~4 MiB): beyond that, more buckets
 RULES = {
     "thread+vm": "before 7.1 a clone allocates only with CLONE_THREAD|CLONE_VM",
     "vm-not-vfork": "since 7.1 a clone allocates with CLONE_VM, except vfork",
+    "vm": "this kernel allocates on every CLONE_VM clone, vfork included (a backport variant)",
 }
 
 
@@ -39,6 +40,8 @@ def triggers(rule: str | None, flags: int | None) -> bool | None:
         return None
     if rule == "thread+vm":
         return flags & (CLONE_THREAD | CLONE_VM) == (CLONE_THREAD | CLONE_VM)
+    if rule == "vm":
+        return bool(flags & CLONE_VM)
     return flags & (CLONE_VM | CLONE_VFORK) == CLONE_VM
 
 

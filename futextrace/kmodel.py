@@ -180,7 +180,8 @@ def _symbols(btf: TypeSource, kallsyms_path: str | None, live: bool) -> tuple[Ka
 
 
 def _learn_clone_rule() -> tuple[str | None, str]:
-    """Run cloneprobe: does a CLONE_VM clone without CLONE_THREAD allocate the hash?"""
+    """Run cloneprobe: which clones allocate the hash? vfork, then a CLONE_VM
+    clone without CLONE_THREAD, then a pthread, stopping at the first that does."""
     from .workload.build import workload_path
     try:
         out = subprocess.run([str(workload_path("cloneprobe"))], capture_output=True,
@@ -188,8 +189,11 @@ def _learn_clone_rule() -> tuple[str | None, str]:
         res = json.loads(out.stdout)
     except Exception as e:   # noqa: BLE001 - any failure just leaves the rule unknown
         return None, f"cloneprobe failed: {e}"
+    if res.get("after_vfork", 0) > 0:
+        return "vm", "cloneprobe: a vfork (CLONE_VM|CLONE_VFORK) allocated the hash"
     if res["after_vm_clone"] > 0:
-        return "vm-not-vfork", "cloneprobe: a CLONE_VM clone without CLONE_THREAD allocated the hash"
+        return "vm-not-vfork", ("cloneprobe: a vfork did not allocate the hash, a CLONE_VM clone "
+                                "without CLONE_THREAD did")
     if res["after_thread"] > 0:
         return "thread+vm", "cloneprobe: only the pthread clone allocated the hash"
     return None, "cloneprobe: no clone allocated a private hash"

@@ -1,11 +1,15 @@
 /* cloneprobe: learn which clones make the kernel give a process its private
  * futex hash (futex_hash_allocate_default in copy_process).
  *
- * Step 1: raw clone(CLONE_VM|SIGCHLD), no CLONE_THREAD. 7.1+ (and backports)
- *         allocate on any CLONE_VM clone except vfork; 6.17-7.0 need CLONE_THREAD too.
- * Step 2: a pthread (CLONE_VM|CLONE_THREAD), which allocates on every kernel with
+ * Step 1: vfork (CLONE_VM|CLONE_VFORK). Upstream 7.1 excludes it; some
+ *         backports (seen on a 6.18-based kernel) allocate on it too.
+ * Step 2: raw clone(CLONE_VM|SIGCHLD), no CLONE_THREAD. 7.1+ (and backports)
+ *         allocate on it; 6.17-7.0 need CLONE_THREAD too.
+ * Step 3: a pthread (CLONE_VM|CLONE_THREAD), which allocates on every kernel with
  *         the private hash.
- * Prints one JSON line: {"before":N,"after_vm_clone":N,"after_thread":N}
+ * Each step only tells while no earlier step allocated (the hash never goes
+ * away). Prints one JSON line:
+ * {"before":N,"after_vfork":N,"after_vm_clone":N,"after_thread":N}
  * (-errno where prctl failed). Exit 0 unless something else failed.
  */
 #define _GNU_SOURCE
@@ -40,7 +44,15 @@ int main(void)
 {
 	static char stack[64 * 1024] __attribute__((aligned(16)));
 	int before = get_slots();
-	pid_t pid = clone(child_fn, stack + sizeof(stack), CLONE_VM | SIGCHLD, NULL);
+	pid_t pid = vfork();
+	if (pid == 0)
+		_exit(0);
+	if (pid < 0 || waitpid(pid, NULL, 0) < 0) {
+		perror("cloneprobe: vfork");
+		return 1;
+	}
+	int after_vfork = get_slots();
+	pid = clone(child_fn, stack + sizeof(stack), CLONE_VM | SIGCHLD, NULL);
 	if (pid < 0) {
 		perror("cloneprobe: clone");
 		return 1;
@@ -56,7 +68,7 @@ int main(void)
 		return 1;
 	}
 	pthread_join(t, NULL);
-	printf("{\"before\":%d,\"after_vm_clone\":%d,\"after_thread\":%d}\n",
-	       before, after_vm, get_slots());
+	printf("{\"before\":%d,\"after_vfork\":%d,\"after_vm_clone\":%d,\"after_thread\":%d}\n",
+	       before, after_vfork, after_vm, get_slots());
 	return 0;
 }

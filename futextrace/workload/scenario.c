@@ -137,7 +137,7 @@ static int child_fn(void *arg)
 static void no_resize(void)
 {
 	static char stack[64 * 1024] __attribute__((aligned(16)));
-	/* vfork: CLONE_VM|CLONE_VFORK never triggers the allocation. */
+	/* vfork: CLONE_VM|CLONE_VFORK: upstream never allocates on it, some backports do. */
 	pid_t pid = vfork();
 	if (pid == 0)
 		_exit(0);

@@ -117,12 +117,19 @@ def test_clones_that_do_not_resize(tmp_path, inputs):
     by_tid = {s["tid"]: s for s in proc["steps"] if s.get("tid")}
     fork = next(l for l in lines if l["step"] == "fork")
     assert by_tid[fork["tid"]]["reason"] == "flags_do_not_trigger"   # no CLONE_VM under any rule
+    # What each clone did is read back by the workload (GET_SLOTS after each step).
     rule = data["explanation"]["clone_rule"]
-    clone_vm = by_tid[next(l for l in lines if l["step"] == "clone_vm")["tid"]]
+    step = {l["step"]: l for l in lines}
+    vfork, clone_vm = by_tid[step["vfork"]["tid"]], by_tid[step["clone_vm"]["tid"]]
+    assert rule in ("thread+vm", "vm-not-vfork", "vm")
+    if rule == "vm":
+        assert step["vfork"]["slots"] > 0 and vfork["reason"] == "resized"
+    else:
+        assert step["vfork"]["slots"] == 0 and vfork["reason"] == "flags_do_not_trigger"
     if rule == "thread+vm":
-        assert clone_vm["reason"] == "flags_do_not_trigger"
-    elif rule == "vm-not-vfork":
-        assert clone_vm["reason"] in ("resized", "big_enough")
+        assert step["clone_vm"]["slots"] == 0 and clone_vm["reason"] == "flags_do_not_trigger"
+    else:
+        assert step["clone_vm"]["slots"] > 0 and clone_vm["reason"] in ("resized", "big_enough")
 
 
 def test_snapshot(tmp_path):
