@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -97,6 +98,8 @@ class Recorder:
         self.comms: dict[int, str] = {}
         self._stop = False
         self._last_totals = {}
+        self._last_snapshot: dict = {}
+        self._last_elapsed = 0.0
         self._thread_events = 0
         self.thread_events_dropped = 0
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
@@ -212,24 +215,37 @@ class Recorder:
         return out
 
     def _interval_report(self, elapsed: float):
-        from .render import interval_line
+        from . import live
         c = {k: sum(v) for k, v in self.counters().items()}
         prev = self._last_totals or {k: 0 for k in c}
         delta = {k: c[k] - prev.get(k, 0) for k in c}
         self._last_totals = c
-        row = {"t": round(elapsed, 3), "interval_s": self.opts.interval,
+        # Rates over the time that really passed: a slow poll stretches an interval.
+        span = round(elapsed - self._last_elapsed, 6)
+        self._last_elapsed = elapsed
+        row = {"t": round(elapsed, 3), "interval_s": span,
                "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
                "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
                "lost_events": delta["LOST_EVENTS"],
                "resize_events": sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])}
+        snap = live.snapshot(self.dump_futexes())
+        for pid in {k[0] for k in snap} - set(self.comms):
+            self.comms[pid] = targets.comm_of(pid)
+        row["processes"] = live.processes(self._last_snapshot, snap, span, self.comms)
+        self._last_snapshot = snap
         self.intervals.append(row)
-        print(interval_line(row, self.opts.timestamps), file=self.opts.live_out, flush=True)
+        out = self.opts.live_out or sys.stdout
+        text = "\n".join(live.render(row, row["processes"], self.opts.timestamps))
+        if out.isatty():
+            text = live.CLEAR + text   # redraw in place, like top
+        print(text, file=out, flush=True)
         if self.opts.jsonl:
             self.opts.jsonl.write(json.dumps(row) + "\n")
             self.opts.jsonl.flush()
 
-    def dump(self) -> dict:
-        """Everything the kernel side holds, as plain data (see aggregate.py)."""
+    def dump_futexes(self) -> list[dict]:
+        """Per-futex counts from the map and the per-CPU cache in front of it
+        (the same futex can be in both: aggregate.merge_futexes adds them)."""
         b = self.program.bpf
         futexes = []
 
@@ -239,14 +255,17 @@ class Recorder:
                                         for v in per_cpu_vals]})
         for k, vals in b["futexes"].items():
             add(k, vals)
-        # The per-CPU cache holds the counts not yet flushed into `futexes`.
         for _, slots in b["fcache"].items():
             for cpu, s in enumerate(slots):
                 if s.st.lookups:
                     per_cpu = [type(s.st)() for _ in slots]
                     per_cpu[cpu] = s.st
                     add(s.key, per_cpu)
-        return {"counters": self.counters(), "futexes": futexes, "events": self.events,
+        return futexes
+
+    def dump(self) -> dict:
+        """Everything the kernel side holds, as plain data (see aggregate.py)."""
+        return {"counters": self.counters(), "futexes": self.dump_futexes(), "events": self.events,
                 "intervals": self.intervals, "kprobe_missed": self.kprobe_misses()}
 
     def recording(self, duration: float) -> dict:

@@ -1,7 +1,6 @@
 """Text output of a recording (used by `record`, `bench` and `report`)."""
 from __future__ import annotations
 
-import time
 
 from .errno_names import errno_name
 
@@ -97,15 +96,3 @@ def render_text(rec: dict) -> str:
         out.append(f"  +{r['t']:.3f}s PID {r['pid']} {why}: {res}, "
                    f"{r['old_buckets'] or 'global/none'} -> {r['new_buckets'] or 'global'} buckets {pend}".rstrip())
     return "\n".join(out)
-
-
-def interval_line(row: dict, timestamps: bool) -> str:
-    ts = time.strftime("%H:%M:%S ") if timestamps else ""
-    rate = row["lookups"] / row["interval_s"] if row["interval_s"] else 0
-    extra = ""
-    if row["unattributed"]:
-        extra += f" unattributed {row['unattributed']}"
-    if row["lost_events"]:
-        extra += f" lost {row['lost_events']}"
-    return (f"{ts}+{row['t']:.1f}s lookups/s {rate:,.0f} (private {row['private']}, "
-            f"global {row['global']}){extra}")

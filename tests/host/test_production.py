@@ -130,6 +130,30 @@ def test_command_exit_detaches(workload):
     _no_leftovers(ours)
 
 
+def test_live_view_rates_per_process(workload, tmp_path):
+    """-i: every interval names the workload with its hash, and the intervals'
+    lookups add up to the recording's total (the last, partial interval aside)."""
+    lines, rec = tmp_path / "live.jsonl", tmp_path / "rec.json"
+    p = subprocess.run([*CLI, "record", "-i", "0.5", "--jsonl", str(lines), "--json", str(rec), "--",
+                        workload, "-t", "2", "-r", "3", "-b", "64"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(x) for x in lines.read_text().splitlines()]
+    total = json.loads(rec.read_text())["totals"]["lookups"]
+    wl_pid = json.loads(json.loads(rec.read_text())["command"]["stdout_tail"].strip().splitlines()[-1])["pid"]
+    assert len(rows) >= 4
+    busy = [r for r in rows if r["lookups"] > 100_000]
+    assert len(busy) >= 3, rows
+    for r in busy:
+        top = r["processes"][0]
+        assert (top["pid"], top["hash"]) == (wl_pid, "private 64"), r
+        assert top["buckets_touched"] <= 64 and top["futexes"] >= 2
+        assert abs(top["lookups_per_s"] * r["interval_s"] - top["lookups"]) < 1
+    assert sum(r["lookups"] for r in rows) <= total
+    assert sum(r["lookups"] for r in rows) >= 0.6 * total
+    assert "PID" in p.stdout and "LOOKUPS/s" in p.stdout
+
+
 @pytest.fixture
 def not_a_recording(tmp_path):
     p = tmp_path / "other.json"

@@ -1,0 +1,79 @@
+"""The live view of `record -i`: per-interval rates per process, like top.
+
+Each interval the recorder hands over the cumulative per-futex counts (the
+map plus the per-CPU cache, merged); this module turns two such snapshots into
+per-process rates for the interval and renders them. Pure Python on plain
+data, unit-tested on recorded snapshots.
+"""
+from __future__ import annotations
+
+import time
+
+from .aggregate import KIND_NAMES, _stat_of, merge_futexes
+
+TOP = 10   # processes shown per interval, busiest first
+CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
+
+
+def snapshot(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
+    """(tgid, kind, uaddr, hash_mask) -> (cumulative lookups, bucket)."""
+    out = {}
+    for f in merge_futexes(futexes):
+        lookups, _, bucket, _, _ = _stat_of(f["per_cpu"])
+        out[(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"])] = (lookups, bucket)
+    return out
+
+
+def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -> list[dict]:
+    """Per process, what happened between two snapshots: lookups and their rate,
+    the hash that took most of them, how many of its futexes and buckets were
+    touched, and max/mean over the touched buckets."""
+    per: dict[int, dict] = {}
+    for key, (lookups, bucket) in now.items():
+        delta = lookups - prev.get(key, (0, 0))[0]
+        if delta <= 0:
+            continue
+        tgid, kind, _, mask = key
+        p = per.setdefault(tgid, {"hashes": {}})
+        h = p["hashes"].setdefault((kind, mask), {"lookups": 0, "futexes": 0, "buckets": {}})
+        h["lookups"] += delta
+        h["futexes"] += 1
+        h["buckets"][bucket] = h["buckets"].get(bucket, 0) + delta
+    rows = []
+    for tgid, p in per.items():
+        (kind, mask), h = max(p["hashes"].items(), key=lambda kv: kv[1]["lookups"])
+        total = sum(x["lookups"] for x in p["hashes"].values())
+        counts = list(h["buckets"].values())
+        name = KIND_NAMES.get(kind, str(kind))
+        rows.append({
+            "pid": tgid, "comm": comms.get(tgid, "?"), "lookups": total,
+            "lookups_per_s": total / interval_s if interval_s else 0.0,
+            "hash": f"private {mask + 1}" if name == "private" else name,
+            "futexes": h["futexes"], "buckets_touched": len(counts),
+            "max_over_mean": max(counts) / (sum(counts) / len(counts)) if counts else 0.0,
+        })
+    rows.sort(key=lambda r: -r["lookups"])
+    return rows
+
+
+def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
+    """One interval: a totals line, then the busiest processes."""
+    ts = time.strftime("%H:%M:%S ") if timestamps else ""
+    rate = row["lookups"] / row["interval_s"] if row["interval_s"] else 0
+    extra = ""
+    if row["unattributed"]:
+        extra += f"  unattributed {row['unattributed']} (map full)"
+    if row["lost_events"]:
+        extra += f"  lost events {row['lost_events']}"
+    lines = [f"{ts}+{row['t']:.1f}s  lookups/s {rate:,.0f}  (private {row['private']:,}, "
+             f"global {row['global']:,})  resize events so far {row['resize_events']}{extra}"]
+    if procs:
+        lines.append(f"  {'PID':>7} {'COMM':<16} {'HASH':<14} {'LOOKUPS/s':>12} {'FUTEXES':>7} "
+                     f"{'BUCKETS':>7} {'MAX/MEAN':>8}")
+        for p in procs[:TOP]:
+            lines.append(f"  {p['pid']:>7} {p['comm'][:16]:<16} {p['hash']:<14} "
+                         f"{p['lookups_per_s']:>12,.0f} {p['futexes']:>7} {p['buckets_touched']:>7} "
+                         f"{p['max_over_mean']:>8.2f}")
+        if len(procs) > TOP:
+            lines.append(f"  ... {len(procs) - TOP} more processes")
+    return lines
