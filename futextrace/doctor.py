@@ -22,7 +22,8 @@ from .headers import ensure_tracefs
 KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
 PREFERENCE = ["fentry", "kprobe", "tracepoint", "raw_tracepoint"]
 LABELS = {"fentry": "fentry/fexit", "kprobe": "kprobe/kretprobe",
-          "tracepoint": "tracepoint", "raw_tracepoint": "raw tracepoint"}
+          "tracepoint": "tracepoint", "raw_tracepoint": "raw tracepoint",
+          "tp_btf": "BTF tracepoint"}
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
 # BCC turns EPERM into this text; map its messages back to errno names.
@@ -32,7 +33,7 @@ _ERRNO_BY_TEXT = {os.strerror(e): errno.errorcode[e] for e in errno.errorcode}
 
 @dataclass
 class MethodStatus:
-    name: str          # "fentry" | "kprobe" | "tracepoint" | "raw_tracepoint"
+    name: str          # "fentry" | "kprobe" | "tracepoint" | "raw_tracepoint" | "tp_btf"
     works: bool
     reason: str        # plain words: what was tried and what happened
     target: str = ""   # function or tracepoint that was tried
@@ -153,9 +154,10 @@ def _try(text: str, attach) -> tuple[bool, str, int | None]:
     _BPF, Manual = _bpf_class()
     with _quiet_stderr() as err:
         b = None
+        link = None
         try:
             b = Manual(text=(COUNTER % os.getpid() + text).encode())
-            attach(b)
+            link = attach(b)      # an fd where we attached it ourselves (tp_btf)
             _futex_call()
             fired = sum(v.value for v in b[b"hits"].values())
             return True, "", fired
@@ -163,6 +165,8 @@ def _try(text: str, attach) -> tuple[bool, str, int | None]:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             return False, msg, None
         finally:
+            if isinstance(link, int):
+                os.close(link)
             if b is not None:
                 b.cleanup()   # detaches everything it attached
 
@@ -233,10 +237,25 @@ def probe_raw_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
     return MethodStatus("raw_tracepoint", True, f"raw tracepoint {tp} loaded and attached", tp, fired)
 
 
+def probe_tp_btf(model: kmodel.KernelModel) -> MethodStatus:
+    """The hook the tracepoint method prefers for sys_enter (typed registers)."""
+    from . import tpbtf
+    tp = "sys_enter"
+    tp_id = model.tp_btf_ids.get(tp)
+    if tp_id is None:
+        return MethodStatus("tp_btf", False, f"no btf_trace_{tp} in the kernel's BTF", tp)
+    text = "int on_btf(u64 *ctx) { if (ctx[1] == 202) hit(); return 0; }\n"
+    ok, msg, fired = _try(text, lambda b: tpbtf.attach(b, "on_btf", tp_id))
+    if not ok:
+        return MethodStatus("tp_btf", False, f"attaching tp_btf {tp} failed: {msg}", tp)
+    return MethodStatus("tp_btf", True, f"tp_btf {tp} loaded and attached (the tracepoint method's "
+                        "futex hook)", tp, fired)
+
+
 def probe_methods(model: kmodel.KernelModel) -> list[MethodStatus]:
     """Each attach method, proven by a real load+attach on the running kernel."""
     return [probe_fentry(model), probe_kprobe(model), probe_tracepoint(model),
-            probe_raw_tracepoint(model)]
+            probe_raw_tracepoint(model), probe_tp_btf(model)]
 
 
 def recommended_method(statuses: list[MethodStatus], model: kmodel.KernelModel) -> str | None:

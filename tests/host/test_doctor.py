@@ -239,8 +239,12 @@ def test_report_sections(report, text_report):
 def test_nothing_stays_attached():
     """Probe in this process (fds stay open if BCC did not clean up), then look."""
     from futextrace import doctor, kmodel
-    doctor.probe_methods(kmodel.load(live=False))
-    ours = {"on_tp", "on_raw", "on_entry", "on_return"}
+    from futextrace.btf import Btf
+    model = kmodel.load(live=False)
+    # live=False skips the tp_btf ids (they name the running kernel's BTF): add them.
+    model.tp_btf_ids = {"sys_enter": Btf.from_file(kmodel.VMLINUX_BTF).ids_named("btf_trace_sys_enter")[0]}
+    assert next(s for s in doctor.probe_methods(model) if s.name == "tp_btf").works
+    ours = {"on_tp", "on_raw", "on_btf", "on_entry", "on_return"}
     # The kernel frees a detached program after an RCU grace period: poll briefly.
     for _ in range(50):
         progs = json.loads(subprocess.run(["bpftool", "prog", "show", "--json"],

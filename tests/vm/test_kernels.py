@@ -1,8 +1,11 @@
 """Boot each selected Debian kernel (tests/vm/kernels.py) and run tests/host inside it.
 
-One guest boot per kernel (module-scoped fixture); the tests below judge its results.
+One guest boot per kernel; the tests below judge its results. Guests run single-
+threaded TCG, one host CPU each, so the matrix boots them side by side:
+FUTEXTRACE_VM_JOBS guests at once (default: one per host CPU).
 """
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -11,18 +14,31 @@ import vmguest
 
 pytestmark = pytest.mark.vm
 SPECS = kernels.selected()
-# The first test of a kernel also fetches (download + unpack) and boots it.
-GUEST_LIMIT = max([s.timeout_s for s in SPECS], default=0) + 600
+JOBS = int(os.environ.get("FUTEXTRACE_VM_JOBS", "0")) or max(1, min(len(SPECS), os.cpu_count() or 1))
+# The first test of a kernel also fetches (download + unpack) and boots it, and may
+# wait for a free slot behind other guests.
+GUEST_LIMIT = max([s.timeout_s for s in SPECS], default=0) * -(-len(SPECS) // JOBS) + 600
 _runs = {}
+
+
+def _boot_all() -> None:
+    """Start every selected guest; _runs maps spec id -> future of its GuestRun."""
+    # Fetch one after another: the fetches share one private apt state.
+    for spec in SPECS:
+        vmguest.vmkernels.fetch(spec.series, log=print)
+    pool = ThreadPoolExecutor(max_workers=JOBS)
+    # FUTEXTRACE_VM_PYTEST_ARGS (e.g. "-k 'doctor or smoke'") narrows the in-guest run.
+    args = os.environ.get("FUTEXTRACE_VM_PYTEST_ARGS", "")
+    for spec in SPECS:
+        _runs[spec.id] = pool.submit(vmguest.boot, spec, pytest_args=args)
+    pool.shutdown(wait=False)
 
 
 @pytest.fixture(scope="module", params=SPECS, ids=[s.id for s in SPECS])
 def guest(request):
-    spec = request.param
-    if spec.id not in _runs:        # one boot per kernel, whatever order the tests run in
-        # FUTEXTRACE_VM_PYTEST_ARGS (e.g. "-k 'doctor or smoke'") narrows the in-guest run.
-        _runs[spec.id] = vmguest.boot(spec, pytest_args=os.environ.get("FUTEXTRACE_VM_PYTEST_ARGS", ""))
-    return _runs[spec.id]
+    if not _runs:                   # one boot per kernel, whatever order the tests run in
+        _boot_all()
+    return _runs[request.param.id].result()
 
 
 @pytest.mark.timeout(GUEST_LIMIT)
