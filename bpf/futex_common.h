@@ -192,6 +192,21 @@ static __always_inline u64 current_mm(void)
 	return read_ptr(bpf_get_current_task() + OFF_TASK_MM);
 }
 
+/* The same instance name as the tracepoint method computes from its direct
+ * loads, read with probe reads (kprobe programs have no typed task). */
+static __always_inline u64 current_hash_ident(void)
+{
+	u64 mm = current_mm();
+	u64 fph = mm ? read_ptr(mm + OFF_MM_PHASH) : 0;
+	if (!fph)
+		return 0;
+	struct fph_head h = {};
+	u8 custom = 0;
+	bpf_probe_read_kernel(&h, sizeof(h), (void *)(fph + OFF_FPH_STATE));
+	bpf_probe_read_kernel(&custom, 1, (void *)(fph + OFF_FPH_CUSTOM));
+	return (1ULL << 40) | ((u64)custom << 32) | h.hash_mask;
+}
+
 static __always_inline void check_hash(u32 tgid, u64 ident)
 {
 	u32 zero = 0;

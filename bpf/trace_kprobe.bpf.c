@@ -46,6 +46,10 @@ int kr_futex_hash(struct pt_regs *ctx)
 	struct key_copy key = *k;
 	inflight.delete(&id);
 
+	/* First sight of this process's hash, or a new one: an event (snapshot
+	 * and explain read the hash each process had from these). */
+	check_hash(id >> 32, current_hash_ident());
+
 	u64 hb = PT_REGS_RC(ctx);
 #ifdef HASH_RETURNS_REF
 	u64 fph = ctx->dx;

@@ -160,14 +160,17 @@ def _prctl(r: dict, st: _State) -> dict:
         reason = "einval"
         why = ("→ -EINVAL: the size must be 0 or a power of two ≥ 2" if n == 1 or (n & (n - 1))
                else "→ -EINVAL: arg4 was not 0 (or the kernel has no private hash)")
-        after = st.buckets
     elif ret == EBUSY:
-        reason, why, after = "ebusy", ("→ -EBUSY: the process chose the global hash (SET_SLOTS 0) "
-                                       "earlier; there is no way back"), st.buckets
+        reason, why = "ebusy", ("→ -EBUSY: the process chose the global hash (SET_SLOTS 0) "
+                                "earlier; there is no way back")
     elif ret == ENOMEM:
-        reason, why, after = "enomem", f"→ -ENOMEM: allocating {n} buckets failed", st.buckets
+        reason, why = "enomem", f"→ -ENOMEM: allocating {n} buckets failed"
     else:
-        reason, why, after = "other", f"→ {ret}", st.buckets
+        reason, why = "other", f"→ {ret}"
+    if ret != 0:
+        # A refused request changes nothing: the size is what the tracer read
+        # when the request was made (even before any other sight of the hash).
+        after = r["old_buckets"] if r["old_buckets"] is not None else st.buckets
     return {"t": r["t"], "kind": "prctl", "trigger": "prctl", "tid": None, "requested": n, "result": ret,
             "clone_flags": None, "formula": None, "buckets_before": r["old_buckets"],
             "buckets_after": after, "pending_s": r.get("pending_s"), "pivot_t": r.get("pivot_t"),

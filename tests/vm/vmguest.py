@@ -49,7 +49,8 @@ echo $rc > {out}/status.tmp && mv {out}/status.tmp {out}/status
 # What runs in each guest: the tests whose outcome depends on the kernel
 # (attach methods, layouts, buckets against the kernel's own, resizes).
 # Everything under QEMU/TCG is slow; FUTEXTRACE_VM_TESTS=tests/host runs all.
-GUEST_TESTS = "tests/host/test_guest_smoke.py tests/host/test_doctor.py tests/host/test_record.py"
+GUEST_TESTS = ("tests/host/test_guest_smoke.py tests/host/test_doctor.py tests/host/test_record.py "
+               "tests/host/test_explain.py")
 
 RUNS: list = []     # (spec id, GuestRun) in boot order, for the terminal summary
 
