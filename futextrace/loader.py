@@ -17,6 +17,17 @@ from .layout import bpf_dir
 
 METHODS = ("fentry", "kprobe", "tracepoint")
 CACHE_SLOTS = 4096  # per-CPU direct-mapped cache in front of the futexes map (power of two)
+FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
+FUTEXES_MAX_DEFAULT = 65536
+
+
+def default_max_futexes(ncpus: int | None = None) -> int:
+    """Entries of the per-CPU `futexes` map: 65536, fewer on big machines so the
+    map (a 32-byte value per CPU per entry, preallocated) stays within
+    FUTEXES_BUDGET. A power of two, at least 4096."""
+    ncpus = ncpus or os.cpu_count() or 1
+    fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool
+    return max(4096, min(FUTEXES_MAX_DEFAULT, 1 << (fit.bit_length() - 1)))
 
 # What each method cannot see, printed with every recording.
 BLIND_SPOTS = {
@@ -121,7 +132,7 @@ class Program:
     """A loaded, attached set of futextrace probes. Use as a context manager."""
 
     def __init__(self, model, method: str, filters: Filters | None = None,
-                 max_futexes: int = 65536, extra_cflags: list[str] | None = None):
+                 max_futexes: int | None = None, extra_cflags: list[str] | None = None):
         if method not in METHODS:
             raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
         if os.geteuid() != 0:
@@ -133,7 +144,8 @@ class Program:
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
         self._links: list[int] = []
-        cflags = cflags_for(model, method, self.filters, max_futexes) + (extra_cflags or [])
+        self.max_futexes = max_futexes or default_max_futexes()
+        cflags = cflags_for(model, method, self.filters, self.max_futexes) + (extra_cflags or [])
         self._bpf = None
         try:
             self._bpf = BPF(text=source_for(method), cflags=cflags)

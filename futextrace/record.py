@@ -41,7 +41,7 @@ class RecordOptions:
     duration: float | None = None
     interval: float | None = None
     method: str = "auto"
-    max_futexes: int = 65536
+    max_futexes: int | None = None    # None: loader.default_max_futexes()
     timestamps: bool = False
     jsonl: object | None = None       # file object for per-interval JSON lines
     live_out: object | None = None    # where per-interval text goes (None: stdout)

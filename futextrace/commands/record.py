@@ -33,8 +33,10 @@ Examples:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the recording as JSON")
 @click.option("--method", type=click.Choice(["auto", "fentry", "kprobe", "tracepoint"]), default="auto",
               show_default=True)
-@click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=65536, show_default=True,
-              help="distinct futexes kept; beyond that lookups are counted as unattributed")
+@click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=None,
+              help="distinct futexes kept; beyond that lookups are counted as unattributed "
+                   "[default: 65536 up to 8 CPUs, halved per doubling of CPUs beyond, at least "
+                   "4096: the per-CPU map stays under 32 MiB]")
 @click.option("-q", "--quiet", is_flag=True, help="no text summary (with --json)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,
