@@ -133,9 +133,10 @@ def test_clones_that_do_not_resize(tmp_path, inputs):
 
 
 def test_snapshot(tmp_path):
-    bench = subprocess.Popen([str(workload_path()), "-t", "2", "-f", "8", "-r", "60", "-b", "64"],
+    # Long enough to outlive a slow BCC compile (minutes under QEMU/TCG); killed below.
+    bench = subprocess.Popen([str(workload_path()), "-t", "2", "-f", "8", "-r", "900", "-b", "64"],
                              stdout=subprocess.DEVNULL)
-    idle = subprocess.Popen(["sleep", "60"])
+    idle = subprocess.Popen(["sleep", "900"])
     try:
         time.sleep(0.5)
         out = tmp_path / "snap.json"

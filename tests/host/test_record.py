@@ -170,6 +170,8 @@ def test_kprobe_method_matches_kernel_and_tracepoint(tmp_path, buckets):
     assert r and r[-1]["requested"] == buckets and r[-1]["result"] == 0
     assert r[-1]["pivot_t"] is not None and r[-1]["pending_s"] is not None
     # Both methods see the hash each process has (snapshot and explain rely on it).
-    for rec in (kp, tp):
-        states = [s for s in rec["hash_states"] if s["pid"] == wl["pid"]]
-        assert states and states[-1]["buckets"] == buckets and states[-1]["custom"], states
+    for name, rec in (("kprobe", kp), ("tracepoint", tp)):
+        pid = workload_result(rec)["pid"]
+        states = [s for s in rec["hash_states"] if s["pid"] == pid]
+        assert states and states[-1]["buckets"] == buckets and states[-1]["custom"], \
+            (name, pid, rec["hash_states"][:5], rec["totals"], rec["resizes"][:3])
