@@ -92,6 +92,8 @@ def _pending_text(r: dict) -> str:
 
 def _clone_resize(r: dict, th: dict | None, st: _State, k: dict) -> dict:
     flags = r.get("clone_flags")
+    if flags is None and th is not None:
+        flags = th["clone_flags"]
     kind = clone_kind(flags)
     f = None
     if r.get("threads") is not None and k["online_cpus"] and k["global_size"]:
@@ -199,6 +201,10 @@ def explain_process(pid: int, rec: dict) -> dict:
     items = []
     for r in resizes:
         th = by_t.get((r["t"], r["clone_flags"])) if r["trigger"] == "clone" else None
+        if th is None and r["trigger"] == "clone" and r["clone_flags"] is None:
+            # kprobe method: futex_hash_allocate() runs inside copy_process(),
+            # just before the new task's task_newtask event from the same parent.
+            th = next((t for t in news if t["t"] >= r["t"] and id(t) not in paired), None)
         if th:
             paired.add(id(th))
         items.append((r["t"], 1, "resize", r, th))

@@ -190,3 +190,14 @@ def test_snapshot_describe():
     assert (d["kind"], d["mode"]) == ("global", "custom") and "for good" in d["text"]
     states = [{"t": 2, "pid": 1, "buckets": 32}, {"t": 1, "pid": 1, "buckets": 16}]
     assert S.latest_states({"hash_states": states})[1]["buckets"] == 32
+
+
+def test_kprobe_allocation_is_paired_with_the_clone_that_follows():
+    """kprobe method: the resize comes from futex_hash_allocate() (no clone flags),
+    just before the child's task_newtask; the vfork child's step is the resize."""
+    r = rec(resizes=[clone_resize(1.0, None, 1, 0, 16)],
+            threads=[new(1.0002, 201, VFORK, 1), new(2.0, 202, FORK, 1)], rule="vm")
+    by_tid = {s["tid"]: s for s in steps(r)["steps"] if s.get("tid")}
+    assert by_tid[201]["reason"] == "resized" and by_tid[201]["clone_flags"] == VFORK
+    assert "vfork child" in by_tid[201]["text"]
+    assert by_tid[202]["reason"] == "flags_do_not_trigger"
