@@ -218,23 +218,26 @@ def probe_kprobe(model: kmodel.KernelModel) -> MethodStatus:
     return MethodStatus("kprobe", True, f"kprobe+kretprobe on {sym} loaded and attached", sym, fired)
 
 
+def _probe_hook(name: str, target: str, what: str, text: str, attach, note: str = "") -> MethodStatus:
+    """Load `text`, attach it with attach(b) and report it as method `name`."""
+    ok, msg, fired = _try(text, attach)
+    if not ok:
+        return MethodStatus(name, False, f"attaching to {what} failed: {msg}", target)
+    return MethodStatus(name, True, f"{what} loaded and attached{note}", target, fired)
+
+
 def probe_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
     ensure_tracefs()
     tp = "syscalls:sys_enter_futex"
-    text = "int on_tp(void *ctx) { hit(); return 0; }\n"
-    ok, msg, fired = _try(text, lambda b: b.attach_tracepoint(tp=tp.encode(), fn_name=b"on_tp"))
-    if not ok:
-        return MethodStatus("tracepoint", False, f"attaching to {tp} failed: {msg}", tp)
-    return MethodStatus("tracepoint", True, f"{tp} loaded and attached", tp, fired)
+    return _probe_hook("tracepoint", tp, tp, "int on_tp(void *ctx) { hit(); return 0; }\n",
+                       lambda b: b.attach_tracepoint(tp=tp.encode(), fn_name=b"on_tp"))
 
 
 def probe_raw_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
     tp = "sys_enter"
     text = "int on_raw(struct bpf_raw_tracepoint_args *ctx) { if (ctx->args[1] == 202) hit(); return 0; }\n"
-    ok, msg, fired = _try(text, lambda b: b.attach_raw_tracepoint(tp=tp.encode(), fn_name=b"on_raw"))
-    if not ok:
-        return MethodStatus("raw_tracepoint", False, f"attaching to raw tracepoint {tp} failed: {msg}", tp)
-    return MethodStatus("raw_tracepoint", True, f"raw tracepoint {tp} loaded and attached", tp, fired)
+    return _probe_hook("raw_tracepoint", tp, f"raw tracepoint {tp}", text,
+                       lambda b: b.attach_raw_tracepoint(tp=tp.encode(), fn_name=b"on_raw"))
 
 
 def probe_tp_btf(model: kmodel.KernelModel) -> MethodStatus:
@@ -244,12 +247,8 @@ def probe_tp_btf(model: kmodel.KernelModel) -> MethodStatus:
     tp_id = model.tp_btf_ids.get(tp)
     if tp_id is None:
         return MethodStatus("tp_btf", False, f"no btf_trace_{tp} in the kernel's BTF", tp)
-    text = "int on_btf(u64 *ctx) { if (ctx[1] == 202) hit(); return 0; }\n"
-    ok, msg, fired = _try(text, lambda b: tpbtf.attach(b, "on_btf", tp_id))
-    if not ok:
-        return MethodStatus("tp_btf", False, f"attaching tp_btf {tp} failed: {msg}", tp)
-    return MethodStatus("tp_btf", True, f"tp_btf {tp} loaded and attached (the tracepoint method's "
-                        "futex hook)", tp, fired)
+    return _probe_hook("tp_btf", tp, f"tp_btf {tp}", "int on_btf(u64 *ctx) { if (ctx[1] == 202) hit(); return 0; }\n",
+                       lambda b: tpbtf.attach(b, "on_btf", tp_id), " (the tracepoint method's futex hook)")
 
 
 def probe_methods(model: kmodel.KernelModel) -> list[MethodStatus]:
