@@ -72,7 +72,7 @@ def run_traced(cond: str, argv, parse, model) -> float:
         try:
             if cond == "btf-empty":
                 from futextrace import tpbtf
-                links.append(tpbtf.attach(b, "ft_btf_sys_enter", model.tp_btf_ids["sys_enter"]))
+                links.extend(tpbtf.attach(b, "ft_btf_sys_enter", model.tp_btf_ids["sys_enter"]))
             return run_workload(argv, parse)
         finally:
             for fd in links:

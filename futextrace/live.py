@@ -65,6 +65,8 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
         extra += f"  unattributed {row['unattributed']} (map full)"
     if row["lost_events"]:
         extra += f"  lost events {row['lost_events']}"
+    if row.get("missed_runs"):
+        extra += f"  skipped probe runs {row['missed_runs']}"
     lines = [f"{ts}+{row['t']:.1f}s  lookups/s {rate:,.0f}  (private {row['private']:,}, "
              f"global {row['global']:,})  resize events so far {row['resize_events']}{extra}"]
     if procs:

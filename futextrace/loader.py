@@ -143,7 +143,8 @@ class Program:
         self.filters = filters or Filters()
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
-        self._links: list[int] = []
+        self._own_progs: list[int] = []
+        self._fds: list[int] = []      # our own tp_btf attachments and programs
         self.max_futexes = max_futexes or default_max_futexes()
         cflags = cflags_for(model, method, self.filters, self.max_futexes) + (extra_cflags or [])
         self._bpf = None
@@ -173,7 +174,9 @@ class Program:
         tp_id = model.tp_btf_ids.get("sys_enter")
         if tp_id is not None and not os.environ.get("FUTEXTRACE_NO_TP_BTF"):
             try:
-                self._links.append(tpbtf.attach(self._bpf, "ft_btf_sys_enter", tp_id))
+                link_fd, prog_fd = tpbtf.attach(self._bpf, "ft_btf_sys_enter", tp_id)
+                self._fds += [link_fd, prog_fd]
+                self._own_progs.append(prog_fd)
                 probes.append("tp_btf:sys_enter")
             except KernelRefused as e:
                 self.fallback_reason = str(e)
@@ -188,8 +191,24 @@ class Program:
         return probes + ["tracepoint:syscalls:sys_exit_prctl"]
 
     def _close_links(self):
-        while self._links:
-            os.close(self._links.pop())
+        self._own_progs.clear()
+        while self._fds:
+            os.close(self._fds.pop())
+
+    def missed_runs(self) -> int:
+        """Runs of our programs the kernel skipped because one was already
+        running on that CPU (bpf_prog_info.recursion_misses): nested BPF, or,
+        where syscall tracepoints run preemptibly (lazy/full preemption), a
+        preempted run of ours. The lookups of a skipped run are not counted."""
+        from .bpfsys import prog_stats
+        fds = [fn.fd for fn in self._bpf.funcs.values()] + self._own_progs if self._bpf else []
+        missed = 0
+        for fd in fds:
+            try:
+                missed += prog_stats(fd).recursion_misses
+            except OSError:
+                continue
+        return missed
 
     @property
     def bpf(self):

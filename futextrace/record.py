@@ -12,7 +12,6 @@ import datetime as dt
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -100,6 +99,7 @@ class Recorder:
         self._last_totals = {}
         self._last_snapshot: dict = {}
         self._last_elapsed = 0.0
+        self._last_missed = 0
         self._thread_events = 0
         self.thread_events_dropped = 0
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
@@ -121,23 +121,14 @@ class Recorder:
     def stop(self, *_):
         self._stop = True
 
-    def kprobe_misses(self) -> int:
-        """Hits the kernel dropped on our probes: a kprobe program skipped
-        because another BPF program was running on that CPU (the program's
-        recursion_misses), or a kprobe the kernel itself missed (kprobe_profile,
-        when BCC created the probe through tracefs). Shown, never silent."""
+    def missed_runs(self) -> int:
+        """Hits the kernel dropped on our probes, shown and never silent: a run
+        of our program skipped because one was already running on that CPU
+        (Program.missed_runs), or a kprobe the kernel itself missed
+        (kprobe_profile, when BCC created the probe through tracefs)."""
+        missed = self.program.missed_runs()
         if self.method != "kprobe":
-            return 0
-        missed = 0
-        for fn in self.program.bpf.funcs.values():
-            try:
-                with open(f"/proc/self/fdinfo/{fn.fd}") as f:
-                    prog_id = next(int(l.split()[1]) for l in f if l.startswith("prog_id:"))
-                out = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(prog_id)],
-                                     capture_output=True, text=True, timeout=10)
-                missed += int(json.loads(out.stdout or "{}").get("recursion_misses", 0))
-            except (OSError, StopIteration, ValueError, subprocess.SubprocessError):
-                continue
+            return missed
         tag = f"_bcc_{os.getpid()}"
         for base in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
             try:
@@ -227,6 +218,7 @@ class Recorder:
                "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
                "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
                "lost_events": delta["LOST_EVENTS"],
+               "missed_runs": self._missed_delta(),
                "resize_events": sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])}
         snap = live.snapshot(self.dump_futexes())
         for pid in {k[0] for k in snap} - set(self.comms):
@@ -242,6 +234,11 @@ class Recorder:
         if self.opts.jsonl:
             self.opts.jsonl.write(json.dumps(row) + "\n")
             self.opts.jsonl.flush()
+
+    def _missed_delta(self) -> int:
+        missed = self.missed_runs()
+        delta, self._last_missed = missed - self._last_missed, missed
+        return delta
 
     def dump_futexes(self) -> list[dict]:
         """Per-futex counts from the map and the per-CPU cache in front of it
@@ -266,7 +263,7 @@ class Recorder:
     def dump(self) -> dict:
         """Everything the kernel side holds, as plain data (see aggregate.py)."""
         return {"counters": self.counters(), "futexes": self.dump_futexes(), "events": self.events,
-                "intervals": self.intervals, "kprobe_missed": self.kprobe_misses()}
+                "intervals": self.intervals, "missed_runs": self.missed_runs()}
 
     def recording(self, duration: float) -> dict:
         raw = self.dump()

@@ -59,9 +59,10 @@ def render_text(rec: dict) -> str:
                    "(raise --max-futexes)")
     if t["lost_events"]:
         out.append(f"  {t['lost_events']} events lost: ring buffer full")
-    if t.get("kprobe_missed"):
-        out.append(f"  {t['kprobe_missed']} kprobe hits missed by the kernel (nested BPF or no free "
-                   "kretprobe instance): those lookups are not counted")
+    if t.get("missed_runs"):
+        out.append(f"  {t['missed_runs']} probe runs skipped by the kernel (one of ours was already running "
+                   "on that CPU: nested BPF, or preempted where syscall tracepoints are preemptible): "
+                   "the lookups of those runs are not counted")
     if t.get("read_faults"):
         out.append(f"  {t['read_faults']} kernel/user reads failed")
     if t.get("kernel_mismatch"):

@@ -14,31 +14,20 @@ import ctypes
 import os
 import struct
 
+from .bpfsys import BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN, bpf
 from .errors import KernelRefused
 
-_NR_BPF = 321                  # x86_64
-_BPF_PROG_LOAD = 5
-_BPF_RAW_TRACEPOINT_OPEN = 17
 _BPF_PROG_TYPE_TRACING = 26
 _BPF_TRACE_RAW_TP = 23
 _ATTR_SIZE = 128               # up to attach_btf_id and then some; the kernel zero-checks the tail
 
-_libc = ctypes.CDLL(None, use_errno=True)
 
-
-def _bpf(cmd: int, attr: bytearray) -> int:
-    buf = ctypes.create_string_buffer(bytes(attr), len(attr))
-    fd = _libc.syscall(_NR_BPF, cmd, buf, len(attr))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return fd
-
-
-def attach(bpf, fn_name: str, btf_id: int) -> int:
+def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     """Load BCC function `fn_name` as tp_btf on the tracepoint whose
-    `btf_trace_<name>` typedef has BTF id `btf_id`, and attach it. Returns the attachment's fd (close it to detach)."""
-    insns = bpf.dump_func(fn_name.encode())
+    `btf_trace_<name>` typedef has BTF id `btf_id`, and attach it. Returns
+    (attachment fd, program fd): closing the attachment detaches; the program
+    fd stays open for its run statistics (bpfsys.prog_stats)."""
+    insns = bcc.dump_func(fn_name.encode())
     code = ctypes.create_string_buffer(insns, len(insns))
     license_ = ctypes.create_string_buffer(b"GPL")
     log = ctypes.create_string_buffer(1 << 20)
@@ -52,7 +41,7 @@ def attach(bpf, fn_name: str, btf_id: int) -> int:
     struct.pack_into("<I", attr, 68, _BPF_TRACE_RAW_TP)     # expected_attach_type
     struct.pack_into("<I", attr, 108, btf_id)               # attach_btf_id
     try:
-        prog_fd = _bpf(_BPF_PROG_LOAD, attr)
+        prog_fd, _ = bpf(BPF_PROG_LOAD, attr)
     except OSError as e:
         lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
         why = lines[-2] if len(lines) >= 2 else (lines[-1] if lines else "")
@@ -61,8 +50,7 @@ def attach(bpf, fn_name: str, btf_id: int) -> int:
     try:
         link = bytearray(16)
         struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
-        return _bpf(_BPF_RAW_TRACEPOINT_OPEN, link)
+        return bpf(BPF_RAW_TRACEPOINT_OPEN, link)[0], prog_fd
     except OSError as e:
+        os.close(prog_fd)
         raise KernelRefused(f"the kernel refused to attach tp_btf program {fn_name} ({e.strerror})")
-    finally:
-        os.close(prog_fd)     # the attachment holds the program
