@@ -21,7 +21,14 @@
 
 BPF_PERCPU_HASH(futexes, struct futex_stat_key, struct futex_stat, MAX_FUTEXES);
 BPF_PERCPU_ARRAY(counters, u64, FTC_NR);
-BPF_PERCPU_ARRAY(fcache, struct cache_slot, CACHE_SLOTS);
+/* The lookup cache: CACHE_SLOTS slots per CPU, CPU n's at [n * CACHE_SLOTS].
+ * A plain array, not a per-CPU one: its slots are contiguous (a per-CPU
+ * array's elements are separate allocations reached through a pointer table),
+ * which measurably saves a cache miss per lookup. Each CPU writes only its
+ * own range, and the kernel runs one instance of a program per CPU at a time.
+ * Memory-mapped by user space, which reads it without a syscall per slot. */
+#define BPF_F_MMAPABLE_ (1U << 10)
+BPF_F_TABLE("array", u32, struct cache_slot, fcache, CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 
 /* Which private hash each process had when last seen: resize detection. The
@@ -256,18 +263,21 @@ static __always_inline int slot_hit(struct cache_slot *cs, struct futex_stat_key
 }
 
 /*
- * Count one lookup of `key`. The hot path touches only a per-CPU two-way
- * set-associative cache (an array: the verifier inlines its lookups); the
+ * Count one lookup of `key`. The hot path touches only this CPU's part of a
+ * two-way set-associative cache (an array: the verifier inlines its lookups); the
  * bounded hash map is updated only when a slot is taken over by another
  * futex. User space adds both up.
  */
 static __always_inline void store_lookup(struct futex_stat_key *key, u32 h, u32 bucket, s32 node,
 					 u32 mask, u32 atomic, u32 kernel_bucket)
 {
-	u32 s0 = (h ^ key->tgid) & (CACHE_SLOTS - 1), s1 = s0 ^ 1;
+	u32 base = bpf_get_smp_processor_id() * CACHE_SLOTS;
+	u32 s0 = base + ((h ^ key->tgid) & (CACHE_SLOTS - 1)), s1 = s0 ^ 1;
 	struct cache_slot *a = fcache.lookup(&s0);
-	if (!a)
+	if (!a) {
+		count(FTC_UNATTRIBUTED);   /* a CPU number beyond NR_CPU_IDS: cannot happen */
 		return;
+	}
 	if (slot_hit(a, key, atomic, kernel_bucket))
 		return;
 	struct cache_slot *b = fcache.lookup(&s1);

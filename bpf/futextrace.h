@@ -55,10 +55,11 @@ struct futex_stat {
 	u32 kernel_bucket;    /* kprobe method: the bucket the kernel returned, ~0 unknown */
 };
 
-/* A slot of the per-CPU direct-mapped cache in front of `futexes`. */
+/* A slot of the per-CPU cache in front of `futexes`: one 64-byte cache line. */
 struct cache_slot {
 	struct futex_stat_key key;
 	struct futex_stat st;
+	u64 pad;
 };
 
 /* Events sent through the ring buffer (slow path only). */

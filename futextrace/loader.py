@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from .errors import EnvironmentProblem, KernelRefused
 from .headers import bcc_environment
 from .layout import bpf_dir
+from .topology import nr_cpu_ids
 
 METHODS = ("fentry", "kprobe", "tracepoint")
-CACHE_SLOTS = 4096  # per-CPU direct-mapped cache in front of the futexes map (power of two)
+CACHE_SLOTS_MAX = 4096      # per-CPU slots of the cache in front of the futexes map
+CACHE_SLOTS_MIN = 1024
+CACHE_BUDGET = 16 << 20     # bytes the cache may take (64-byte slots, every possible CPU)
 FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
 FUTEXES_MAX_DEFAULT = 65536
 
@@ -28,6 +31,13 @@ def default_max_futexes(ncpus: int | None = None) -> int:
     ncpus = ncpus or os.cpu_count() or 1
     fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool
     return max(4096, min(FUTEXES_MAX_DEFAULT, 1 << (fit.bit_length() - 1)))
+
+def cache_slots(ncpus: int) -> int:
+    """Per-CPU slots of the lookup cache: a power of two, 4096 up to 64 CPUs,
+    fewer beyond so the cache stays within CACHE_BUDGET (at least 1024)."""
+    fit = CACHE_BUDGET // (64 * max(1, ncpus))
+    return max(CACHE_SLOTS_MIN, min(CACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
+
 
 # What each method cannot see, printed with every recording.
 BLIND_SPOTS = {
@@ -65,7 +75,8 @@ def _need(model, key: str) -> int:
     return int(val)
 
 
-def cflags_for(model, method: str, filters: Filters, max_futexes: int) -> list[str]:
+def cflags_for(model, method: str, filters: Filters, max_futexes: int,
+               ncpu_ids: int | None = None) -> list[str]:
     off = {
         "OFF_TASK_MM": _need(model, "task_struct.mm"),
         "OFF_TASK_SIGNAL": _need(model, "task_struct.signal"),
@@ -99,7 +110,9 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int) -> list[s
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
     off["MAX_FUTEXES"] = max_futexes
-    off["CACHE_SLOTS"] = CACHE_SLOTS
+    ncpu_ids = ncpu_ids or nr_cpu_ids()
+    off["NR_CPU_IDS"] = ncpu_ids
+    off["CACHE_SLOTS"] = cache_slots(ncpu_ids)
     off["RINGBUF_PAGES"] = 256
     flags = [f"-D{k}={v}" for k, v in off.items()]
     if filters.pids:
@@ -146,7 +159,9 @@ class Program:
         self._own_progs: list[int] = []
         self._fds: list[int] = []      # our own tp_btf attachments and programs
         self.max_futexes = max_futexes or default_max_futexes()
-        cflags = cflags_for(model, method, self.filters, self.max_futexes) + (extra_cflags or [])
+        self.ncpu_ids = nr_cpu_ids()
+        self.cache_slots = cache_slots(self.ncpu_ids)
+        cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids) + (extra_cflags or [])
         self._bpf = None
         try:
             self._bpf = BPF(text=source_for(method), cflags=cflags)

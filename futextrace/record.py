@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes as ct
 import datetime as dt
 import json
+import mmap
 import os
 import signal
 import sys
@@ -100,6 +101,7 @@ class Recorder:
         self._last_snapshot: dict = {}
         self._last_elapsed = 0.0
         self._last_missed = 0
+        self._cache_map = None
         self._thread_events = 0
         self.thread_events_dropped = 0
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
@@ -143,6 +145,9 @@ class Recorder:
         return missed
 
     def close(self):
+        if self._cache_map is not None:
+            self._cache_map.close()
+            self._cache_map = None
         if self.program is not None:
             self.program.close()
             self.program = None
@@ -240,6 +245,23 @@ class Recorder:
         delta, self._last_missed = missed - self._last_missed, missed
         return delta
 
+    def _cache_items(self):
+        """(index, slot) of every used slot of the lookup cache, read through
+        its memory mapping: one pass over the lookup counts, no syscalls."""
+        table = self.program.bpf["fcache"]
+        if self._cache_map is None:
+            size = ct.sizeof(table.Leaf) * table.max_entries
+            self._cache_map = mmap.mmap(table.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        buf = self._cache_map
+        leaf = table.Leaf
+        # The u64 `st.lookups` of each slot, located through BCC's ctypes view of futextrace.h.
+        at = leaf.st.offset + dict(leaf._fields_)["st"].lookups.offset
+        words = ct.sizeof(leaf) // 8
+        lookups = memoryview(buf).cast("Q")[at // 8::words]
+        used = [i for i, n in enumerate(lookups) if n]
+        lookups.release()
+        return [(i, leaf.from_buffer_copy(buf, i * words * 8)) for i in used]
+
     def dump_futexes(self) -> list[dict]:
         """Per-futex counts from the map and the per-CPU cache in front of it
         (the same futex can be in both: aggregate.merge_futexes adds them)."""
@@ -252,12 +274,12 @@ class Recorder:
                                         for v in per_cpu_vals]})
         for k, vals in b["futexes"].items():
             add(k, vals)
-        for _, slots in b["fcache"].items():
-            for cpu, s in enumerate(slots):
-                if s.st.lookups:
-                    per_cpu = [type(s.st)() for _ in slots]
-                    per_cpu[cpu] = s.st
-                    add(s.key, per_cpu)
+        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
+        for idx, s in self._cache_items():
+            if s.st.lookups:
+                per_cpu = [type(s.st)()] * ncpus
+                per_cpu[idx // nslots] = s.st
+                add(s.key, per_cpu)
         return futexes
 
     def dump(self) -> dict:

@@ -1,6 +1,7 @@
 """CPUs and NUMA nodes from /sys/devices/system (what the kernel itself counts)."""
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +38,13 @@ def _read(p: Path) -> str | None:
         return p.read_text()
     except OSError:
         return None
+
+
+def nr_cpu_ids(sys_root: Path = SYS) -> int:
+    """One more than the highest possible CPU number: the range of
+    bpf_get_smp_processor_id()."""
+    possible = parse_cpulist(_read(sys_root / "cpu/possible") or "") or [os.cpu_count() - 1]
+    return max(possible) + 1
 
 
 def read(sys_root: Path = SYS) -> Topology:
