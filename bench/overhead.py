@@ -11,6 +11,9 @@ Conditions:
   raw-empty    an empty BPF program on raw_tracepoint:sys_enter (every syscall)
   btf-empty    an empty BPF program on tp_btf:sys_enter, the hook futextrace uses
   tp-empty     an empty BPF program on tracepoint syscalls:sys_enter_futex
+  bcc-count    a BCC per-CPU counter on syscalls:sys_enter_futex (issue 3's reference)
+  bpftrace     `@[cpu] = count()` on tracepoint:syscalls:sys_enter_futex, when
+               bpftrace is installed (issue 3's reference)
   futextrace   futextrace's tracepoint method, whole system, ring buffer drained
                (Recorder API directly: no CLI start-up in the numbers)
 Workloads: the built-in futexbench `-t 1 -r 2`, and `perf bench futex hash -t 1 -r 2 -s`
@@ -26,15 +29,23 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import threading
+import time
 
-CONDITIONS = ["untraced", "raw-empty", "btf-empty", "tp-empty", "futextrace"]
+CONDITIONS = ["untraced", "raw-empty", "btf-empty", "tp-empty", "bcc-count", "futextrace"]
+if shutil.which("bpftrace"):
+    CONDITIONS.insert(-1, "bpftrace")
 EMPTY = {"raw-empty": "RAW_TRACEPOINT_PROBE(sys_enter) { return 0; }",
          "btf-empty": "int ft_btf_sys_enter(u64 *ctx) { return 0; }",
-         "tp-empty": "TRACEPOINT_PROBE(syscalls, sys_enter_futex) { return 0; }"}
+         "tp-empty": "TRACEPOINT_PROBE(syscalls, sys_enter_futex) { return 0; }",
+         "bcc-count": "BPF_PERCPU_ARRAY(n, u64, 1);\n"
+                      "TRACEPOINT_PROBE(syscalls, sys_enter_futex) "
+                      "{ u32 k = 0; u64 *v = n.lookup(&k); if (v) (*v)++; return 0; }"}
+BPFTRACE = "tracepoint:syscalls:sys_enter_futex { @[cpu] = count(); }"
 
 
 def workloads(runtime: str) -> dict[str, tuple[list[str], callable]]:
@@ -60,9 +71,25 @@ def run_workload(argv, parse) -> float:
     return parse(r.stdout + r.stderr)
 
 
+def run_under_bpftrace(argv, parse) -> float:
+    bt = subprocess.Popen(["bpftrace", "-e", BPFTRACE], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = bt.stdout.readline()          # "Attaching 1 probe...", printed as it attaches
+        if not line.startswith("Attaching"):
+            raise RuntimeError(f"bpftrace did not attach: {line!r}")
+        time.sleep(1)
+        return run_workload(argv, parse)
+    finally:
+        bt.send_signal(signal.SIGINT)        # prints its map and detaches
+        bt.communicate(timeout=30)
+
+
 def run_traced(cond: str, argv, parse, model) -> float:
     if cond == "untraced":
         return run_workload(argv, parse)
+    if cond == "bpftrace":
+        return run_under_bpftrace(argv, parse)
     if cond in EMPTY:
         from futextrace.headers import bcc_environment
         bcc_environment()

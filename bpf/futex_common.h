@@ -230,6 +230,20 @@ static __always_inline void check_hash(u32 tgid, u64 ident)
 	emit_task_event(FTE_HASH_SEEN, 0, 0, 0);
 }
 
+/* Lookups no map could hold: counted by hash kind (the totals stay right)
+ * and as unattributed. */
+static __always_inline void count_unattributed(u32 kind, u64 n)
+{
+	u32 idx = kind == FT_PRIVATE ? FTC_PRIVATE : FTC_GLOBAL;
+	u64 *c = counters.lookup(&idx);
+	if (c)
+		*c += n;
+	idx = FTC_UNATTRIBUTED;
+	c = counters.lookup(&idx);
+	if (c)
+		*c += n;
+}
+
 /* Add a cache slot's counts into the bounded `futexes` map. */
 static __always_inline void flush_slot(struct cache_slot *cs)
 {
@@ -243,115 +257,109 @@ static __always_inline void flush_slot(struct cache_slot *cs)
 			st->lookups += cs->st.lookups;
 			st->atomic_lookups += cs->st.atomic_lookups;
 		} else {
-			u32 idx = FTC_UNATTRIBUTED;
-			u64 *c = counters.lookup(&idx);
-			if (c)
-				*c += cs->st.lookups;
+			count_unattributed(cs->key.kind, cs->st.lookups);
 		}
 	}
 }
 
-static __always_inline int slot_hit(struct cache_slot *cs, struct futex_stat_key *key, u32 atomic,
-				    u32 kernel_bucket)
+/* The key as three words (it has no padding holes: see futextrace.h), so a
+ * slot is matched with three compares. An unused slot has tgid 0, which no
+ * task making syscalls has. */
+static __always_inline int slot_hit(struct cache_slot *cs, struct futex_stat_key *key, u32 atomic)
 {
-	if (!cs->st.lookups || cs->key.uaddr != key->uaddr || cs->key.hash_mask != key->hash_mask ||
-	    cs->key.tgid != key->tgid || cs->key.kind != key->kind)
+	u64 *x = (u64 *)&cs->key, *y = (u64 *)key;
+	if ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]))
 		return 0;
 	cs->st.lookups++;
-	cs->st.atomic_lookups += atomic;
+	if (atomic)
+		cs->st.atomic_lookups++;
 	return 1;
 }
 
-/*
- * Count one lookup of `key`. The hot path touches only this CPU's part of a
- * two-way set-associative cache (an array: the verifier inlines its lookups); the
- * bounded hash map is updated only when a slot is taken over by another
- * futex. User space adds both up.
- */
-static __always_inline void store_lookup(struct futex_stat_key *key, u32 h, u32 bucket, s32 node,
-					 u32 mask, u32 atomic, u32 kernel_bucket)
+/* This CPU's first cache way for a key: a multiplicative hash of the address
+ * and process, cheap enough that a hit needs no jhash2 at all. */
+static __always_inline u32 slot_of(struct futex_stat_key *key)
 {
-	u32 base = bpf_get_smp_processor_id() * CACHE_SLOTS;
-	u32 s0 = base + ((h ^ key->tgid) & (CACHE_SLOTS - 1)), s1 = s0 ^ 1;
-	struct cache_slot *a = fcache.lookup(&s0);
-	if (!a) {
-		count(FTC_UNATTRIBUTED);   /* a CPU number beyond NR_CPU_IDS: cannot happen */
-		return;
-	}
-	if (slot_hit(a, key, atomic, kernel_bucket))
-		return;
-	struct cache_slot *b = fcache.lookup(&s1);
-	if (!b)
-		return;
-	if (slot_hit(b, key, atomic, kernel_bucket))
-		return;
-	/* Miss: take an empty way, else evict the way with fewer lookups. */
-	struct cache_slot *cs = !a->st.lookups ? a : (!b->st.lookups ? b :
-				(a->st.lookups <= b->st.lookups ? a : b));
-	if (cs->st.lookups)
-		flush_slot(cs);
-	cs->key = *key;
-	cs->st.lookups = 1;
-	cs->st.atomic_lookups = atomic;
-	cs->st.bucket = bucket;
-	cs->st.node = node;
-	cs->st.hash_mask = mask;
-	cs->st.kernel_bucket = kernel_bucket;
+	u64 x = (key->uaddr >> 2) ^ ((u64)key->tgid << 32) ^ key->hash_mask;
+	u32 way = (x * 0x9E3779B97F4A7C15ULL) >> (64 - CACHE_BITS);
+	return bpf_get_smp_processor_id() * CACHE_SLOTS + (way & (CACHE_SLOTS - 2));
 }
 
 /*
  * Account one futex key lookup as the kernel's __futex_hash() would do it.
  * `hash` is mm's private hash (0: none), `hmask`/`hstate` its hash_mask and
- * state; `flags_private` says the key is a
- * private one (FUTEX_PRIVATE_FLAG / FUTEX2_PRIVATE); `node` is the NUMA node a
- * futex2 call asked for (-1: none). Returns the bucket index or ~0.
+ * state; `flags_private` says the key is a private one (FUTEX_PRIVATE_FLAG /
+ * FUTEX2_PRIVATE); `node` is the NUMA node a futex2 call asked for (-1: none).
+ *
+ * The count goes to this CPU's part of a two-way set-associative cache (an
+ * array: the verifier inlines its lookups); the bounded `futexes` map is
+ * updated only when a slot is taken over by another futex, and user space
+ * adds both up. The bucket (jhash2 of the key) is computed only when a futex
+ * takes a slot: a cache hit is a few compares and an increment. With
+ * CHECK_KERNEL_BUCKET (kprobe method) it is computed every time and checked
+ * against the bucket the kernel returned.
  */
-static __always_inline u32 account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask, u32 hstate,
-					  u64 uaddr, int flags_private, s32 node, u32 kernel_bucket)
+static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask, u32 hstate,
+					   u64 uaddr, int flags_private, s32 node, u32 kernel_bucket)
 {
 	struct futex_stat_key key = {};
-	u32 offset = uaddr % PAGE_SIZE_;
-	u64 address = uaddr - offset;
-	u32 bucket = ~0, mask = 0, atomic = 0;
-	s32 bnode = -1;
-
+	u32 atomic = 0;
 	key.tgid = tgid;
 	key.uaddr = uaddr;
-
-	if (hash && flags_private && node < 0) {
-		if (hmask) {
-			/* Private hash: one reference get and put around the lookup. */
-			mask = hmask;
-			atomic = hstate != 0;
-			u32 hp = hash_private(address, offset);
-			bucket = hp & mask;
-			key.kind = FT_PRIVATE;
-			key.hash_mask = mask;
-			count(FTC_PRIVATE);
-			store_lookup(&key, hp, bucket, -1, mask, atomic, kernel_bucket);
-			return bucket;
-		}
-	}
-	count(FTC_GLOBAL);
-	if (!flags_private) {
-		/* Shared key: inode or mm-shared; its hash input is not visible here. */
-		key.kind = FT_GLOBAL_SHARED;
-		store_lookup(&key, (u32)(uaddr >> 2), ~0, -1, 0, 0, kernel_bucket);
-		return ~0;
-	}
-	if (!mm)
-		mm = current_mm();
-	u32 h = hash_global(mm, address, offset);
-	bucket = h & GLOBAL_MASK;
-	if (node >= 0) {
-		key.kind = FT_GLOBAL_NUMA;
-		bnode = node;
+	if (hash && flags_private && node < 0 && hmask) {
+		/* Private hash: one reference get and put around the lookup. */
+		key.kind = FT_PRIVATE;
+		key.hash_mask = hmask;
+		atomic = hstate != 0;
+	} else if (!flags_private) {
+		key.kind = FT_GLOBAL_SHARED;   /* inode or mm-shared key: hash input not visible */
 	} else {
-		key.kind = FT_GLOBAL;
-		bnode = (h >> GLOBAL_SHIFT) % NR_NODE_IDS;
+		key.kind = node >= 0 ? FT_GLOBAL_NUMA : FT_GLOBAL;
 	}
-	store_lookup(&key, h, bucket, bnode, 0, 0, kernel_bucket);
-	return bucket;
+
+	u32 s0 = slot_of(&key), s1 = s0 ^ 1;
+	struct cache_slot *a = fcache.lookup(&s0);
+	struct cache_slot *b = fcache.lookup(&s1);
+	if (!a || !b) {
+		count_unattributed(key.kind, 1);   /* a CPU number beyond NR_CPU_IDS: cannot happen */
+		return;
+	}
+#ifndef CHECK_KERNEL_BUCKET
+	if (slot_hit(a, &key, atomic) || slot_hit(b, &key, atomic))
+		return;
+#endif
+	/* The bucket, as __futex_hash() computes it. */
+	u32 offset = uaddr % PAGE_SIZE_, bucket = ~0;
+	u64 address = uaddr - offset;
+	s32 bnode = -1;
+	if (key.kind == FT_PRIVATE) {
+		bucket = hash_private(address, offset) & hmask;
+	} else if (key.kind != FT_GLOBAL_SHARED) {
+		if (!mm)
+			mm = current_mm();
+		u32 h = hash_global(mm, address, offset);
+		bucket = h & GLOBAL_MASK;
+		bnode = node >= 0 ? node : (h >> GLOBAL_SHIFT) % NR_NODE_IDS;
+	}
+#ifdef CHECK_KERNEL_BUCKET
+	/* Our jhash2 of the key against the bucket the kernel really chose. */
+	if (key.kind == FT_PRIVATE && bucket != kernel_bucket)
+		count(FTC_KERNEL_MISMATCH);
+	if (slot_hit(a, &key, atomic) || slot_hit(b, &key, atomic))
+		return;
+#endif
+	/* Miss: take an empty way, else evict the way with fewer lookups. */
+	struct cache_slot *cs = !a->st.lookups ? a : (!b->st.lookups ? b :
+				(a->st.lookups <= b->st.lookups ? a : b));
+	if (cs->st.lookups)
+		flush_slot(cs);
+	cs->key = key;
+	cs->st.lookups = 1;
+	cs->st.atomic_lookups = atomic;
+	cs->st.bucket = bucket;
+	cs->st.node = bnode;
+	cs->st.hash_mask = key.hash_mask;
+	cs->st.kernel_bucket = kernel_bucket;
 }
 
 

@@ -22,8 +22,9 @@ enum ft_kind {
 
 /* Per-CPU counters (the `counters` array), index = enum ft_counter. */
 enum ft_counter {
-	FTC_PRIVATE = 0,      /* futex key lookups that went to a private hash */
-	FTC_GLOBAL,           /* ... that went to the global hash */
+	FTC_PRIVATE = 0,      /* private-hash lookups no map could hold (user space adds
+	                       * those of the futexes map and the cache: the total) */
+	FTC_GLOBAL,           /* ... the same for the global hash */
 	FTC_UNATTRIBUTED,     /* lookups whose futex could not be stored: map full */
 	FTC_LOST_EVENTS,      /* ring buffer full: events dropped */
 	FTC_REF_GET_PERCPU,   /* private hash reference taken on the per-CPU counter */
@@ -36,7 +37,8 @@ enum ft_counter {
 };
 
 /* One entry per futex (per process, per hash instance): the bounded map
- * `futexes`, a per-CPU hash so the traced hot path shares no cache line. */
+ * `futexes`, a per-CPU hash so the traced hot path shares no cache line.
+ * Three 8-byte words with no holes: the cache compares it word by word. */
 struct futex_stat_key {
 	u32 tgid;
 	u32 kind;             /* enum ft_kind */

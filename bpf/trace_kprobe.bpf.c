@@ -12,6 +12,8 @@
  * beside it: FTC_KERNEL_MISMATCH counts lookups where the two differ.
  */
 #include <uapi/linux/ptrace.h>
+/* The kernel returns the bucket it chose: check ours against it on every lookup. */
+#define CHECK_KERNEL_BUCKET
 #include "futex_common.h"
 
 #define FUT_OFF_INODE_ 1
@@ -71,11 +73,7 @@ int kr_futex_hash(struct pt_regs *ctx)
 	}
 	int priv = !(key.offset & (FUT_OFF_INODE_ | FUT_OFF_MMSHARED_));
 	u64 uaddr = key.word + (key.offset & ~3U);
-	u32 bucket = account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv,
-				    key.node, kbucket);
-	/* Our jhash2 of the key against the bucket the kernel really chose. */
-	if (fph && mask && bucket != kbucket)
-		count(FTC_KERNEL_MISMATCH);
+	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv, key.node, kbucket);
 	return 0;
 }
 

@@ -25,8 +25,10 @@
 
 struct futex_waitv_ { u64 val; u64 uaddr; u32 flags; u32 reserved; };
 
+#ifdef PRCTL_EXIT
 /* prctl(PR_FUTEX_HASH) calls in flight, by tid, so the exit side reports only ours. */
 BPF_HASH(prctl_pending, u32, u8, 1024);
+#endif
 
 /* Node a FUTEX2_NUMA futex asks for: the u32 after the futex word (for u32 futexes). */
 static __always_inline s32 futex2_node(u64 uaddr, u32 flags)
@@ -73,10 +75,14 @@ static __always_inline int on_sys_enter(u64 nr, struct task_struct *task, void *
 
 	if (nr == NR_prctl) {
 		if (LOAD(u64, regs, OFF_REGS_DI) == PR_FUTEX_HASH_) {
+#ifdef PRCTL_EXIT
 			u8 one = 1;
 			prctl_pending.update(&tid, &one);
+#endif
+			/* arg0 = slots, arg1 = sub-command, ret = arg4 (must be 0):
+			 * with the hash state, enough to tell -EINVAL and -EBUSY. */
 			emit_task_event(FTE_PRCTL_ENTER, LOAD(u64, regs, OFF_REGS_DX),
-					LOAD(u64, regs, OFF_REGS_SI), 0);
+					LOAD(u64, regs, OFF_REGS_SI), LOAD(u64, regs, OFF_REGS_R10));
 		}
 		return 0;
 	}
@@ -150,6 +156,7 @@ static __always_inline int on_sys_enter(u64 nr, struct task_struct *task, void *
 	return 0;
 }
 
+#ifdef PRCTL_EXIT
 static __always_inline int on_sys_exit(struct task_struct *task, s64 ret)
 {
 	/* Only answers to our prctl: the enter side recorded it by tid. */
@@ -161,6 +168,7 @@ static __always_inline int on_sys_exit(struct task_struct *task, s64 ret)
 	emit_task_event(FTE_PRCTL_EXIT, 0, 0, ret);
 	return 0;
 }
+#endif
 
 /*
  * Entry points. Preferred: the BTF-enabled sys_enter tracepoint (tp_btf),
@@ -183,11 +191,14 @@ int ft_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	return on_sys_enter(ctx->args[1], task, (void *)bpf_task_pt_regs(task));
 }
 
-/* prctl's result comes from its own syscall tracepoint, which the kernel
- * filters by syscall number: no program runs on other syscalls' exits. (A
- * program on sys_exit would run on every syscall: measured, it costs as much
- * again as the whole sys_enter side.) */
+#ifdef PRCTL_EXIT
+/* --exact-prctl: prctl's result from its own syscall tracepoint, which the
+ * kernel filters by syscall number, so no program runs on other syscalls'
+ * exits. Enabling it still puts the syscall-exit tracepoint on every
+ * syscall's path (~12 ns each, measured), hence opt-in; without it the
+ * result is inferred from the hash state (futextrace/timeline.py). */
 int ft_tp_sys_exit_prctl(struct tracepoint__syscalls__sys_exit_prctl *args)
 {
 	return on_sys_exit(bpf_get_current_task_btf(), args->ret);
 }
+#endif

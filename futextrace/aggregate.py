@@ -179,7 +179,8 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
 
     total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0)
     refcount = _refcount(counters, method, futexes)
-    timeline = build_timeline(raw.get("events", []), kernel)
+    timeline = build_timeline(raw.get("events", []), kernel,
+                              infer_prctl=method.get("prctl_results") == "inferred")
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,

@@ -157,7 +157,7 @@ def _try(text: str, attach) -> tuple[bool, str, int | None]:
         link = None
         try:
             b = Manual(text=(COUNTER % os.getpid() + text).encode())
-            link = attach(b)      # an fd where we attached it ourselves (tp_btf)
+            link = attach(b)      # fds where we attached it ourselves (tp_btf: link, program)
             _futex_call()
             fired = sum(v.value for v in b[b"hits"].values())
             return True, "", fired
@@ -165,8 +165,9 @@ def _try(text: str, attach) -> tuple[bool, str, int | None]:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             return False, msg, None
         finally:
-            if isinstance(link, int):
-                os.close(link)
+            for fd in link if isinstance(link, tuple) else (link,):
+                if isinstance(fd, int):
+                    os.close(fd)
             if b is not None:
                 b.cleanup()   # detaches everything it attached
 

@@ -167,6 +167,11 @@ def _prctl(r: dict, st: _State) -> dict:
                                 "earlier; there is no way back")
     elif ret == ENOMEM:
         reason, why = "enomem", f"→ -ENOMEM: allocating {n} buckets failed"
+        if r.get("result_inferred"):
+            why += " (inferred: the caller was seen again without the new hash)"
+    elif ret is None:
+        reason, why = "unresolved", ("→ result not seen: the caller was not seen again before the "
+                                     "recording ended (--exact-prctl hooks prctl's exit)")
     else:
         reason, why = "other", f"→ {ret}"
     if ret != 0:

@@ -56,6 +56,11 @@ BLIND_SPOTS = {
     ],
 }
 
+# Added to the tracepoint method's blind spots without --exact-prctl.
+PRCTL_INFERRED = ("PR_FUTEX_HASH results are inferred from the arguments and the hash in use before and "
+                  "after (-ENOMEM: the caller was seen again without the new hash); --exact-prctl hooks "
+                  "prctl's exit instead, at a cost on every syscall")
+
 
 @dataclass
 class Filters:
@@ -113,6 +118,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     ncpu_ids = ncpu_ids or nr_cpu_ids()
     off["NR_CPU_IDS"] = ncpu_ids
     off["CACHE_SLOTS"] = cache_slots(ncpu_ids)
+    off["CACHE_BITS"] = off["CACHE_SLOTS"].bit_length() - 1
     off["RINGBUF_PAGES"] = 256
     flags = [f"-D{k}={v}" for k, v in off.items()]
     if filters.pids:
@@ -145,7 +151,8 @@ class Program:
     """A loaded, attached set of futextrace probes. Use as a context manager."""
 
     def __init__(self, model, method: str, filters: Filters | None = None,
-                 max_futexes: int | None = None, extra_cflags: list[str] | None = None):
+                 max_futexes: int | None = None, extra_cflags: list[str] | None = None,
+                 exact_prctl: bool = False):
         if method not in METHODS:
             raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
         if os.geteuid() != 0:
@@ -153,6 +160,9 @@ class Program:
         bcc_environment()
         from bcc import BPF  # after bcc_environment(): BCC reads the header path at compile time
         self.method = method
+        # Tracepoint method: hook prctl's exit for exact PR_FUTEX_HASH results
+        # (costs every syscall a tracepoint call) instead of inferring them.
+        self.exact_prctl = exact_prctl and method == "tracepoint"
         self.filters = filters or Filters()
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
@@ -162,6 +172,8 @@ class Program:
         self.ncpu_ids = nr_cpu_ids()
         self.cache_slots = cache_slots(self.ncpu_ids)
         cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids) + (extra_cflags or [])
+        if self.exact_prctl:
+            cflags.append("-DPRCTL_EXIT")
         self._bpf = None
         try:
             self._bpf = BPF(text=source_for(method), cflags=cflags)
@@ -183,7 +195,7 @@ class Program:
     def _attach_syscall_hooks(self, model) -> list[str]:
         """sys_enter as a BTF tracepoint where the kernel takes it (plain loads
         of the syscall's registers: the cheap path), else as a raw tracepoint;
-        and prctl's own exit tracepoint for PR_FUTEX_HASH results."""
+        with exact_prctl, prctl's own exit tracepoint for PR_FUTEX_HASH results."""
         from . import tpbtf
         probes = []
         tp_id = model.tp_btf_ids.get("sys_enter")
@@ -199,11 +211,13 @@ class Program:
             if not probes:
                 self._bpf.attach_raw_tracepoint(tp=b"sys_enter", fn_name=b"ft_raw_sys_enter")
                 probes.append("raw_tracepoint:sys_enter")
-            self._bpf.attach_tracepoint(tp=b"syscalls:sys_exit_prctl", fn_name=b"ft_tp_sys_exit_prctl")
+            if self.exact_prctl:
+                self._bpf.attach_tracepoint(tp=b"syscalls:sys_exit_prctl", fn_name=b"ft_tp_sys_exit_prctl")
+                probes.append("tracepoint:syscalls:sys_exit_prctl")
         except Exception as e:  # BCC raises bare Exceptions
             self.close()
             raise KernelRefused(f"the kernel refused the syscall tracepoints: {str(e).splitlines()[0]}")
-        return probes + ["tracepoint:syscalls:sys_exit_prctl"]
+        return probes
 
     def _close_links(self):
         self._own_progs.clear()

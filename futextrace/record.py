@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from . import kmodel, targets
 from .aggregate import build_recording
 from .errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
-from .layout import COUNTER, EVENT
-from .loader import BLIND_SPOTS, Filters, Program
+from .layout import COUNTER, EVENT, KIND
+from .loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -45,6 +45,7 @@ class RecordOptions:
     timestamps: bool = False
     jsonl: object | None = None       # file object for per-interval JSON lines
     live_out: object | None = None    # where per-interval text goes (None: stdout)
+    exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
 
 
 def kprobe_precondition(model) -> str | None:
@@ -109,12 +110,14 @@ class Recorder:
     # -- lifecycle -----------------------------------------------------------
     def start(self):
         try:
-            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes)
+            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
+                                   exact_prctl=self.opts.exact_prctl)
         except (EnvironmentProblem, KernelRefused) as e:
             if self.opts.method != "auto" or self.method == "tracepoint":
                 raise
             self.method, self.why = "tracepoint", f"the kprobe method failed to load ({e})"
-            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes)
+            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
+                                   exact_prctl=self.opts.exact_prctl)
         b = self.program.bpf
         b["events"].open_ring_buffer(self._on_event)
         self.t0_ns = time.monotonic_ns()
@@ -201,18 +204,26 @@ class Recorder:
             for s, h in old.items():
                 signal.signal(s, h)
 
-    def counters(self) -> dict[str, list[int]]:
+    def counters(self, futexes: list[dict] | None = None) -> dict[str, list[int]]:
+        """Per-CPU counters. The BPF side counts in PRIVATE and GLOBAL only the
+        lookups no map could hold (the hot path does not touch a counter); the
+        lookups of every stored futex are added here, so both count all."""
         table = self.program.bpf["counters"]
         out = {}
         for name, idx in COUNTER.items():
             if name == "FTC_NR":
                 continue
             out[name.removeprefix("FTC_")] = list(table[ct.c_int(idx)])
+        for f in self.dump_futexes() if futexes is None else futexes:
+            col = out["PRIVATE" if f["kind"] == KIND["FT_PRIVATE"] else "GLOBAL"]
+            for cpu, v in enumerate(f["per_cpu"][:len(col)]):
+                col[cpu] += v[0]
         return out
 
     def _interval_report(self, elapsed: float):
         from . import live
-        c = {k: sum(v) for k, v in self.counters().items()}
+        futexes = self.dump_futexes()
+        c = {k: sum(v) for k, v in self.counters(futexes).items()}
         prev = self._last_totals or {k: 0 for k in c}
         delta = {k: c[k] - prev.get(k, 0) for k in c}
         self._last_totals = c
@@ -225,7 +236,7 @@ class Recorder:
                "lost_events": delta["LOST_EVENTS"],
                "missed_runs": self._missed_delta(),
                "resize_events": sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])}
-        snap = live.snapshot(self.dump_futexes())
+        snap = live.snapshot(futexes)
         for pid in {k[0] for k in snap} - set(self.comms):
             self.comms[pid] = targets.comm_of(pid)
         row["processes"] = live.processes(self._last_snapshot, snap, span, self.comms)
@@ -284,7 +295,8 @@ class Recorder:
 
     def dump(self) -> dict:
         """Everything the kernel side holds, as plain data (see aggregate.py)."""
-        return {"counters": self.counters(), "futexes": self.dump_futexes(), "events": self.events,
+        futexes = self.dump_futexes()
+        return {"counters": self.counters(futexes), "futexes": futexes, "events": self.events,
                 "intervals": self.intervals, "missed_runs": self.missed_runs()}
 
     def recording(self, duration: float) -> dict:
@@ -301,7 +313,10 @@ class Recorder:
                                   "nodes": g.nodes, "source": g.source},
                   "clone_rule": self.model.clone_rule, "hash_returns": self.model.hash_returns,
                   "mm_layout": self.model.mm_layout}
-        method = {"name": self.method, "why": self.why, "blind_spots": BLIND_SPOTS[self.method],
+        inferred = self.method == "tracepoint" and not self.program.exact_prctl
+        method = {"name": self.method, "why": self.why,
+                  "blind_spots": BLIND_SPOTS[self.method] + ([PRCTL_INFERRED] if inferred else []),
+                  "prctl_results": "inferred" if inferred else "exit",
                   "probes": self.program.probes,
                   "probes_fallback": self.program.fallback_reason,
                   "refcount_probes": [p for p in self.program.probes

@@ -87,13 +87,16 @@ def render_text(rec: dict) -> str:
         out.append("  none seen")
     for r in rec["resizes"]:
         res = "ok" if r["result"] == 0 else errno_name(r["result"])
+        if r.get("result_inferred"):
+            res += " (inferred)" if r["result"] is not None else " (caller not seen again)"
         if r["trigger"] == "clone":
             why = (f"clone with {r['threads']} threads, {r['online_cpus']} online CPUs -> formula "
                    f"{r['requested']}")
         else:
             why = f"prctl(PR_FUTEX_HASH_SET_SLOTS, {r['requested']})"
+        seen = "seen in use" if r.get("result_inferred") else "took over"
         pend = "pending" if r["pivot_t"] is None and r["result"] == 0 else (
-            f"took over after {r['pending_s'] * 1000:.3f} ms" if r["pending_s"] is not None else "")
+            f"{seen} after {r['pending_s'] * 1000:.3f} ms" if r["pending_s"] is not None else "")
         out.append(f"  +{r['t']:.3f}s PID {r['pid']} {why}: {res}, "
                    f"{r['old_buckets'] or 'global/none'} -> {r['new_buckets'] or 'global'} buckets {pend}".rstrip())
     return "\n".join(out)

@@ -5,8 +5,17 @@ prctl(PR_FUTEX_HASH_SET_SLOTS). If the process already has a hash, the new one
 waits in mm->futex_phash_new until the old one's references drain; it takes
 over ("pivot") later. We see: the hash before/after each clone and prctl, and
 every change of the hash a process's futex calls run on.
+
+prctl results come from prctl's exit where it is hooked (kprobe method,
+--exact-prctl). Otherwise they are inferred the way the kernel decides them
+(futex_hash_prctl, futex_hash_allocate): -EINVAL from the arguments, -EBUSY
+from the hash at entry (the global one was chosen), 0 once the process is
+seen on the custom hash it asked for (a custom request returns only after
+its hash has taken over), -ENOMEM once the caller is seen again without it.
 """
 from __future__ import annotations
+
+import errno
 
 from .jhash import auto_buckets
 from .layout import EVENT
@@ -30,9 +39,35 @@ class _Proc:
         self.custom = False
         self.pending = None     # open resize entry waiting for its pivot
         self.prctl = {}         # tid -> prctl enter event
+        self.awaiting = []      # (resize, caller tid, slots): inferred results not yet seen
 
 
-def build_timeline(events: list[dict], kernel: dict) -> dict:
+def _static_prctl_result(enter: dict) -> int | None:
+    """-EINVAL/-EBUSY as futex_hash_prctl() decides them before allocating, or None."""
+    slots = enter["arg0"] & 0xFFFFFFFF          # the kernel takes an unsigned int
+    if enter["ret"] != 0 or slots == 1 or slots & (slots - 1):   # ret: the enter event's arg4
+        return -errno.EINVAL
+    if enter["hash"] and not enter["hash_mask"]:
+        return -errno.EBUSY                     # the global hash was chosen: no way back
+    return None
+
+
+def _resolve_prctl(p: _Proc, ev: dict) -> None:
+    """Settle inferred SET_SLOTS results against a later sight of the hash."""
+    for item in list(p.awaiting):
+        r, tid, slots = item
+        wanted = bool(ev["hash"]) and bool(ev["custom"]) and ev["hash_mask"] == (slots - 1 if slots else 0)
+        if wanted:
+            r["result"], r["new_buckets"] = 0, buckets_of(ev["hash_mask"], True)
+            r["pivot_t"], r["pending_s"] = ev["t"], round(ev["t"] - r["t"], 6)
+        elif ev["tid"] == tid:
+            r["result"] = -errno.ENOMEM         # back from prctl, and the hash is not the one asked for
+        else:
+            continue
+        p.awaiting.remove(item)
+
+
+def build_timeline(events: list[dict], kernel: dict, infer_prctl: bool = False) -> dict:
     online = len(kernel.get("online_cpus", [])) or None
     gsize = kernel.get("global_hash", {}).get("buckets_per_node")
     procs: dict[int, _Proc] = {}
@@ -56,6 +91,9 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
         typ = ev["type"]
         p = procs.setdefault(ev["tgid"], _Proc())
         now_buckets = buckets_of(ev["hash_mask"], bool(ev["hash"]))
+        if p.awaiting and typ in (EVENT["FTE_HASH_SEEN"], EVENT["FTE_NEWTASK"], EVENT["FTE_EXIT"],
+                                  EVENT["FTE_PRCTL_ENTER"]):
+            _resolve_prctl(p, ev)
         if typ == EVENT["FTE_HASH_SEEN"]:
             # Not `p.hash is None`: a NEWTASK or prctl before the first futex call
             # sets p.hash, and the process would then never get a state.
@@ -83,7 +121,8 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
                 r = {"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "clone",
                      "clone_flags": flags, "threads": before, "online_cpus": online,
                      "requested": formula["buckets"] if formula else None, "custom": False,
-                     "result": 0, "old_buckets": old_buckets if old_hash is not None else 0,
+                     "result": 0, "result_inferred": False,
+                     "old_buckets": old_buckets if old_hash is not None else 0,
                      "new_buckets": now_buckets if not new_pending else new_pending,
                      "pivot_t": None, "pending_s": None}
                 if new_pending:
@@ -99,6 +138,15 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
             p.prctl[ev["tid"]] = ev
             if p.hash is None:
                 p.hash, p.buckets, p.custom = ev["hash"], now_buckets, bool(ev["custom"])
+            if infer_prctl and ev["arg1"] == PR_FUTEX_HASH_SET_SLOTS and ev["tgid"] not in probed:
+                r = {"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "prctl",
+                     "clone_flags": None, "threads": ev["nr_threads"], "online_cpus": online,
+                     "requested": ev["arg0"], "custom": True, "result": _static_prctl_result(ev),
+                     "result_inferred": True, "old_buckets": now_buckets, "new_buckets": now_buckets,
+                     "pivot_t": None, "pending_s": None}
+                if r["result"] is None:
+                    p.awaiting.append((r, ev["tid"], ev["arg0"] & 0xFFFFFFFF))
+                resizes.append(r)
         elif typ == EVENT["FTE_PRCTL_EXIT"]:
             enter = p.prctl.pop(ev["tid"], None)
             if enter is None or enter["arg1"] != PR_FUTEX_HASH_SET_SLOTS or ev["tgid"] in probed:
@@ -106,7 +154,7 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
             old_buckets = buckets_of(enter["hash_mask"], bool(enter["hash"]))
             r = {"t": enter["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "prctl",
                  "clone_flags": None, "threads": enter["nr_threads"], "online_cpus": online,
-                 "requested": enter["arg0"], "custom": True, "result": ev["ret"],
+                 "requested": enter["arg0"], "custom": True, "result": ev["ret"], "result_inferred": False,
                  "old_buckets": old_buckets, "new_buckets": old_buckets,
                  "pivot_t": None, "pending_s": None}
             if ev["ret"] == 0:
@@ -127,7 +175,8 @@ def build_timeline(events: list[dict], kernel: dict) -> dict:
             r = {"t": enter["t"], "pid": ev["tgid"], "comm": ev["comm"],
                  "trigger": "prctl" if custom else "clone", "clone_flags": None,
                  "threads": enter["nr_threads"], "online_cpus": online, "requested": enter["arg0"],
-                 "custom": custom, "result": ev["ret"], "old_buckets": old, "new_buckets": old,
+                 "custom": custom, "result": ev["ret"], "result_inferred": False,
+                 "old_buckets": old, "new_buckets": old,
                  "pivot_t": None, "pending_s": None}
             if ev["ret"] == 0:
                 if ev["hash"] != enter["hash"] and not ev["hash_new"]:

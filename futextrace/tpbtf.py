@@ -27,7 +27,10 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     `btf_trace_<name>` typedef has BTF id `btf_id`, and attach it. Returns
     (attachment fd, program fd): closing the attachment detaches; the program
     fd stays open for its run statistics (bpfsys.prog_stats)."""
-    insns = bcc.dump_func(fn_name.encode())
+    try:
+        insns = bcc.dump_func(fn_name.encode())
+    except Exception as e:  # BCC raises bare Exceptions
+        raise KernelRefused(f"tp_btf program {fn_name} did not compile: {e}")
     code = ctypes.create_string_buffer(insns, len(insns))
     license_ = ctypes.create_string_buffer(b"GPL")
     log = ctypes.create_string_buffer(1 << 20)

@@ -37,7 +37,8 @@ def command(pid, duration, json_path, quiet, command):
     if pid and not duration:
         raise UsageError("-p needs -d/--duration (how long to watch)")
     json_out = open_output(json_path) if json_path else None
-    opts = RecordOptions(pids=[pid] if pid else [], duration=duration, method="auto")
+    # explain is about why: exact prctl results are worth their cost here.
+    opts = RecordOptions(pids=[pid] if pid else [], duration=duration, method="auto", exact_prctl=True)
     rec = record_command(list(command), opts) if command else record_pids(opts)
     expl = explain(rec)
     if pid:   # only the asked-for process, not the children it forked

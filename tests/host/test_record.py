@@ -2,6 +2,7 @@
 resizes with their inputs, and nothing left attached."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -199,3 +200,22 @@ def test_runs_lost_to_a_preempting_task_are_reported(tmp_path):
     assert p.returncode == 0, p.stderr
     lost = check_counts(rec, buckets, iters)
     print(f"workload lookups not counted {lost}, probe runs skipped {rec['totals']['missed_runs']}")
+
+
+@pytest.mark.parametrize("exact", [False, True], ids=["inferred", "exact"])
+@pytest.mark.parametrize("slots, expected", [(1 << 29, -errno.ENOMEM), (3, -errno.EINVAL), (128, 0)])
+def test_prctl_results_inferred_and_exact(tmp_path, slots, expected, exact):
+    """The kernel's answer to SET_SLOTS, from prctl's exit (--exact-prctl) or
+    inferred from the hash before and after. 1<<29 buckets exceed kvmalloc's
+    INT_MAX limit: -ENOMEM on any machine."""
+    rec, p = record(tmp_path, "--method", "tracepoint", *(["--exact-prctl"] if exact else []), "--",
+                    str(workload_path()), "-t", "2", "-f", "2", "-n", "20", "-b", str(slots))
+    assert "Traceback" not in p.stderr
+    assert rec["method"]["prctl_results"] == ("exit" if exact else "inferred")
+    assert ("tracepoint:syscalls:sys_exit_prctl" in rec["method"]["probes"]) == exact
+    pid = rec["command"]["pid"]
+    r = [r for r in rec["resizes"] if r["pid"] == pid and r["trigger"] == "prctl"]
+    assert len(r) == 1, rec["resizes"]
+    assert (r[0]["requested"], r[0]["result"], r[0]["result_inferred"]) == (slots, expected, not exact)
+    assert r[0]["new_buckets"] == (slots if expected == 0 else r[0]["old_buckets"])
+    assert (r[0]["pending_s"] is not None) == (expected == 0)
