@@ -6,6 +6,7 @@
  *   scenario custom   [-b SLOTS] [-t MAX]   SET_SLOTS(15) (-EINVAL), SET_SLOTS(SLOTS), then threads
  *   scenario global   [-t MAX]        SET_SLOTS(0), SET_SLOTS(32) (-EBUSY), then threads
  *   scenario noresize                 vfork, fork, clone(CLONE_VM) without CLONE_THREAD, then a thread
+ *   scenario results  [-b SLOTS]      every SET_SLOTS answer: -EINVAL, -ENOMEM, 0, 0 (global), -EBUSY
  *   -o FILE  also append the JSON lines to FILE
  *
  * Lines: {"step":..., "tid":T (new task, 0 if none), "threads":N, "requested":R,
@@ -169,7 +170,7 @@ static void no_resize(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: scenario threads|custom|global|noresize [-t MAX] [-b SLOTS] [-o FILE]\n");
+	fprintf(stderr, "usage: scenario threads|custom|global|noresize|results [-t MAX] [-b SLOTS] [-o FILE]\n");
 	exit(2);
 }
 
@@ -212,6 +213,14 @@ int main(int argc, char **argv)
 		grow(max);
 	} else if (!strcmp(name, "noresize")) {
 		no_resize();
+	} else if (!strcmp(name, "results")) {
+		emit("prctl", 0, 3, set_slots(3));                   /* not a power of two: -EINVAL */
+		emit("prctl", 0, 1L << 29, set_slots(1UL << 29));    /* over kvmalloc's INT_MAX: -ENOMEM */
+		emit("prctl", 0, slots, set_slots(slots));
+		settle();
+		emit("prctl", 0, 0, set_slots(0));                   /* the global hash, for good */
+		settle();
+		emit("prctl", 0, 32, set_slots(32));                 /* -EBUSY */
 	} else {
 		usage();
 	}
