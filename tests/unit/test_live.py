@@ -31,3 +31,9 @@ def test_idle_interval_lists_nobody():
                          "unattributed": 5, "lost_events": 0, "resize_events": 2}, [], False)
     assert lines == ["+1.0s  lookups/s 0  (private 0, global 0)  resize events so far 2"
                      "  unattributed 5 (map full)"]
+
+
+def test_skipped_probe_runs_are_shown():
+    lines = live.render({"t": 2.0, "interval_s": 1.0, "lookups": 10, "private": 10, "global": 0,
+                         "unattributed": 0, "lost_events": 0, "missed_runs": 7, "resize_events": 0}, [], False)
+    assert lines[0].endswith("skipped probe runs 7")
