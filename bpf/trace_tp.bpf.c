@@ -132,16 +132,8 @@ static __always_inline int on_sys_enter(u64 nr, struct task_struct *task, void *
 	u32 n = nr == NR_futex_requeue ? 2 : (u32)arg1;
 	if (n > FUTEX_WAITV_MAX_)
 		return 0;
-	if (n > WAITV_TRACED) {
-		u32 idx = FTC_UNATTRIBUTED;
-		u64 *c = counters.lookup(&idx);
-		if (c)
-			*c += n - WAITV_TRACED;
-		idx = FTC_GLOBAL;   /* unknown hash: keep the total right */
-		c = counters.lookup(&idx);
-		if (c)
-			*c += n - WAITV_TRACED;
-	}
+	if (n > WAITV_TRACED)
+		count_unattributed(FT_GLOBAL, n - WAITV_TRACED);   /* hash unknown: keep the total right */
 	for (u32 i = 0; i < WAITV_TRACED; i++) {
 		if (i >= n)
 			break;

@@ -20,14 +20,14 @@ _RUN_STATS_OFF = 192
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def bpf(cmd: int, attr: bytes | bytearray) -> tuple[int, bytes]:
-    """Run bpf(cmd, attr); returns the result and the attr as the kernel left it."""
+def bpf(cmd: int, attr: bytes | bytearray) -> int:
+    """Run bpf(cmd, attr); returns its result (a new fd for the commands that make one)."""
     buf = ctypes.create_string_buffer(bytes(attr), len(attr))
     ret = _libc.syscall(_NR_BPF, cmd, buf, len(attr))
     if ret < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
-    return ret, buf.raw
+    return ret
 
 
 @dataclass(frozen=True)

@@ -166,8 +166,7 @@ class Program:
         self.filters = filters or Filters()
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
-        self._own_progs: list[int] = []
-        self._fds: list[int] = []      # our own tp_btf attachments and programs
+        self._tp_btf: list[tuple[int, int]] = []   # (attachment fd, program fd) we made ourselves
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
         self.cache_slots = cache_slots(self.ncpu_ids)
@@ -201,9 +200,7 @@ class Program:
         tp_id = model.tp_btf_ids.get("sys_enter")
         if tp_id is not None and not os.environ.get("FUTEXTRACE_NO_TP_BTF"):
             try:
-                link_fd, prog_fd = tpbtf.attach(self._bpf, "ft_btf_sys_enter", tp_id)
-                self._fds += [link_fd, prog_fd]
-                self._own_progs.append(prog_fd)
+                self._tp_btf.append(tpbtf.attach(self._bpf, "ft_btf_sys_enter", tp_id))
                 probes.append("tp_btf:sys_enter")
             except KernelRefused as e:
                 self.fallback_reason = str(e)
@@ -220,9 +217,9 @@ class Program:
         return probes
 
     def _close_links(self):
-        self._own_progs.clear()
-        while self._fds:
-            os.close(self._fds.pop())
+        while self._tp_btf:
+            for fd in self._tp_btf.pop():
+                os.close(fd)
 
     def missed_runs(self) -> int:
         """Runs of our programs the kernel skipped because one was already
@@ -230,7 +227,7 @@ class Program:
         where syscall tracepoints run preemptibly (lazy/full preemption), a
         preempted run of ours. The lookups of a skipped run are not counted."""
         from .bpfsys import prog_stats
-        fds = [fn.fd for fn in self._bpf.funcs.values()] + self._own_progs if self._bpf else []
+        fds = [fn.fd for fn in self._bpf.funcs.values()] + [prog for _, prog in self._tp_btf] if self._bpf else []
         missed = 0
         for fd in fds:
             try:

@@ -204,7 +204,7 @@ class Recorder:
             for s, h in old.items():
                 signal.signal(s, h)
 
-    def counters(self, futexes: list[dict] | None = None) -> dict[str, list[int]]:
+    def counters(self, futexes: list[dict]) -> dict[str, list[int]]:
         """Per-CPU counters. The BPF side counts in PRIVATE and GLOBAL only the
         lookups no map could hold (the hot path does not touch a counter); the
         lookups of every stored futex are added here, so both count all."""
@@ -214,7 +214,7 @@ class Recorder:
             if name == "FTC_NR":
                 continue
             out[name.removeprefix("FTC_")] = list(table[ct.c_int(idx)])
-        for f in self.dump_futexes() if futexes is None else futexes:
+        for f in futexes:
             col = out["PRIVATE" if f["kind"] == KIND["FT_PRIVATE"] else "GLOBAL"]
             for cpu, v in enumerate(f["per_cpu"][:len(col)]):
                 col[cpu] += v[0]

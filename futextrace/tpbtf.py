@@ -44,7 +44,7 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     struct.pack_into("<I", attr, 68, _BPF_TRACE_RAW_TP)     # expected_attach_type
     struct.pack_into("<I", attr, 108, btf_id)               # attach_btf_id
     try:
-        prog_fd, _ = bpf(BPF_PROG_LOAD, attr)
+        prog_fd = bpf(BPF_PROG_LOAD, attr)
     except OSError as e:
         lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
         why = lines[-2] if len(lines) >= 2 else (lines[-1] if lines else "")
@@ -53,7 +53,7 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     try:
         link = bytearray(16)
         struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
-        return bpf(BPF_RAW_TRACEPOINT_OPEN, link)[0], prog_fd
+        return bpf(BPF_RAW_TRACEPOINT_OPEN, link), prog_fd
     except OSError as e:
         os.close(prog_fd)
         raise KernelRefused(f"the kernel refused to attach tp_btf program {fn_name} ({e.strerror})")
