@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from futextrace import bench  # noqa: E402
+from futextrace.bench import runner as bench  # noqa: E402
 
 
 def run_once(runner: str, opts: bench.WorkloadOptions) -> tuple[float, float]:

@@ -91,21 +91,21 @@ def run_traced(cond: str, argv, parse, model) -> float:
     if cond == "bpftrace":
         return run_under_bpftrace(argv, parse)
     if cond in EMPTY:
-        from futextrace.headers import bcc_environment
+        from futextrace.kernel.headers import bcc_environment
         bcc_environment()
         from bcc import BPF
         b = BPF(text=EMPTY[cond])      # auto-attached at load, except tp_btf
         links = []
         try:
             if cond == "btf-empty":
-                from futextrace import tpbtf
+                from futextrace.loading import tpbtf
                 links.extend(tpbtf.attach(b, "ft_btf_sys_enter", model.tp_btf_ids["sys_enter"]))
             return run_workload(argv, parse)
         finally:
             for fd in links:
                 os.close(fd)
             b.cleanup()
-    from futextrace.record import Recorder, RecordOptions
+    from futextrace.record.recorder import Recorder, RecordOptions
     rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w")), model)
     rec.start()
     try:
@@ -126,7 +126,7 @@ def main() -> int:
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("overhead.py: needs root")
-    from futextrace import kmodel
+    from futextrace.kernel import model as kmodel
     model = kmodel.load()
     print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
           f"{a.pairs} rounds, conditions in rotated order", flush=True)

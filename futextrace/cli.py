@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from . import __version__
-from .errors import EXIT_CODES_HELP, FutextraceError
+from futextrace import __version__
+from futextrace.errors import EXIT_CODES_HELP, FutextraceError
 
 # Subcommand name -> module in futextrace.commands exporting `command`.
 COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report"]

@@ -54,5 +54,5 @@ fi
 if [ $want_vm = 1 ] && [ ! -x "$venv/bin/vng" ]; then
     "$venv/bin/pip" install -q --disable-pip-version-check 'virtme-ng>=1.30'
 fi
-"$venv/bin/python" -m futextrace.headers --prepare >/dev/null
+"$venv/bin/python" -m futextrace.kernel.headers --prepare >/dev/null
 say "ready ($venv)"

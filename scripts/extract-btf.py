@@ -24,8 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from futextrace.vmkernels import debian_mirror  # noqa: E402  (the system apt mirror, read at run time)
-from futextrace.btf import Btf, digest, elf_section  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests" / "vm"))   # vmkernels: the VM harness's private apt
+from vmkernels import debian_mirror  # noqa: E402  (the system apt mirror, read at run time)
+from futextrace.kernel.btf import Btf, digest, elf_section  # noqa: E402
 
 ROOT_CACHE = Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace"))
 CACHE = ROOT_CACHE / "btf"          # ours; kernels/ belongs to the VM harness

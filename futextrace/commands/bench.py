@@ -5,8 +5,8 @@ import json
 
 import click
 
-from .. import bench
-from ..errors import FileProblem, UsageError
+from futextrace.bench import runner as bench
+from futextrace.errors import FileProblem, UsageError
 
 
 class BucketsType(click.ParamType):
@@ -99,6 +99,6 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_f
         if doc["recording"] is not None:
             click.echo(cross_check(doc["result"], doc["recording"]))
             text = bench.render_recording(doc["recording"])
-            click.echo("\n" + (text or "note: futextrace.render missing; see --json output"))
+            click.echo("\n" + (text or "note: futextrace.output.render missing; see --json output"))
     if json_file:
         write_json(json_file, {"schema": "futextrace-bench", "schema_version": 1, **doc})

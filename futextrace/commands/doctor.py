@@ -5,8 +5,8 @@ import json
 
 import click
 
-from .. import doctor as doc
-from ..errors import KernelRefused
+from futextrace.loading import doctor as doc
+from futextrace.errors import KernelRefused
 
 
 def _yes(b) -> str:

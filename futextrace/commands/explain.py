@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import EXIT_CODES_HELP, TargetError, UsageError
-from ..output import open_output, write_json
+from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
+from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
 Examples:
@@ -30,8 +30,8 @@ def command(pid, duration, json_path, quiet, command):
     With -- COMMAND, runs the command until it exits; with -p, watches a
     running process (a resize that happened before is shown as its first
     sighting only)."""
-    from ..explain import explain, render
-    from ..record import RecordOptions, record_command, record_pids
+    from futextrace.analysis.explain import explain, render
+    from futextrace.record.recorder import RecordOptions, record_command, record_pids
     if bool(pid) == bool(command):
         raise UsageError("give either -p PID or -- COMMAND")
     if pid and not duration:

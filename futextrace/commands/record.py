@@ -5,8 +5,8 @@ import json
 
 import click
 
-from ..errors import EXIT_CODES_HELP, FileProblem, TargetError
-from ..output import open_output, write_json
+from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
+from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
 Examples:
@@ -49,8 +49,8 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     With -- COMMAND, starts the command and traces it (and processes it forks)
     until it exits; with -p, traces running processes; with neither, traces
     every process until Ctrl-C or --duration."""
-    from ..record import RecordOptions, record_command, record_pids
-    from ..render import render_text
+    from futextrace.record.recorder import RecordOptions, record_command, record_pids
+    from futextrace.output.render import render_text
     json_out = open_output(json_path) if json_path else None
     jsonl = open_output(jsonl_path) if jsonl_path else None
     opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),

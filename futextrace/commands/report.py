@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import EXIT_CODES_HELP, FileProblem
+from futextrace.errors import EXIT_CODES_HELP, FileProblem
 
 EXAMPLES = """\b
 Examples:
@@ -26,15 +26,15 @@ Examples:
 @click.option("-q", "--quiet", is_flag=True, help="no text on stdout")
 def command(file, plot_dir, html_path, quiet):
     """Render a recording saved with `futextrace record --json FILE`."""
-    from ..render import render_text
-    from ..report import load_recording, write_html
+    from futextrace.output.render import render_text
+    from futextrace.output.report import load_recording, write_html
     rec = load_recording(file)
     text = render_text(rec)
     if not quiet:
         click.echo(text)
     images = []
     if plot_dir or html_path:
-        from ..plots_recording import plot_recording
+        from futextrace.output.plots_recording import plot_recording
         tmp = None if plot_dir else tempfile.TemporaryDirectory(prefix="futextrace-report-")
         out = Path(plot_dir) if plot_dir else Path(tmp.name)
         try:

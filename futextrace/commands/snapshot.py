@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import EXIT_CODES_HELP
-from ..output import open_output, write_json
+from futextrace.errors import EXIT_CODES_HELP
+from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
 Examples:
@@ -23,7 +23,7 @@ def command(pids, duration, json_path):
 
     The kernel answers PR_FUTEX_HASH_GET_SLOTS only for the calling process, so
     this watches futex calls for a moment: a process that makes none is "not seen"."""
-    from ..snapshot import render, snapshot
+    from futextrace.record.snapshot import render, snapshot
     json_out = open_output(json_path) if json_path else None
     snap = snapshot(list(pids), duration)
     if json_out is not None:

@@ -6,10 +6,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .. import bench, sweep
-from ..plots import PLOT_SUFFIXES, plot_sweep
-from ..errors import UsageError
-from .bench import workload_options, write_json
+from futextrace.bench import runner as bench
+from futextrace.bench import sweep
+from futextrace.output.plots import PLOT_SUFFIXES, plot_sweep
+from futextrace.errors import UsageError
+from futextrace.commands.bench import workload_options, write_json
 
 
 def sweep_table(doc: dict) -> Table:

@@ -13,7 +13,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from ..errors import EnvironmentProblem
+from futextrace.errors import EnvironmentProblem
 
 DEFAULT_CACHE = "/var/cache/futextrace"
 CFLAGS = ["-O2", "-pthread"]

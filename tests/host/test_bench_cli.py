@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from futextrace import sweep
+from futextrace.bench import sweep
 from futextrace.errors import UsageError
 
 needs_private_hash = pytest.mark.skipif(
@@ -53,8 +53,8 @@ def test_bench_json(env, tmp_path):
 
 def test_bench_trace_falls_back_with_a_note(env):
     try:
-        import futextrace.record  # noqa: F401
-        pytest.skip("futextrace.record exists; traced bench is tested with the recorder")
+        import futextrace.record.recorder  # noqa: F401
+        pytest.skip("futextrace.record.recorder exists; traced bench is tested with the recorder")
     except ModuleNotFoundError:
         pass
     res = cli(env, "bench", "-t", 1, "-f", 8, "-r", 0.2)
@@ -135,7 +135,7 @@ def test_trace_figures_from_recording():
 def test_bench_traced_counts_agree():
     """With the recorder present, the tracer sees every operation the workload made.
     Default cache: the recorder also keeps its kernel headers there."""
-    pytest.importorskip("futextrace.record")
+    pytest.importorskip("futextrace.record.recorder")
     if os.geteuid() != 0:
         pytest.skip("tracing needs root")
     res = cli(dict(os.environ), "bench", "-t", 1, "-f", 8, "-r", 0.2, "-b", 16)

@@ -238,8 +238,9 @@ def test_report_sections(report, text_report):
 
 def test_nothing_stays_attached():
     """Probe in this process (fds stay open if BCC did not clean up), then look."""
-    from futextrace import doctor, kmodel
-    from futextrace.btf import Btf
+    from futextrace.loading import doctor
+    from futextrace.kernel import model as kmodel
+    from futextrace.kernel.btf import Btf
     model = kmodel.load(live=False)
     # live=False skips the tp_btf ids (they name the running kernel's BTF): add them.
     model.tp_btf_ids = {"sys_enter": Btf.from_file(kmodel.VMLINUX_BTF).ids_named("btf_trace_sys_enter")[0]}

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from futextrace import kmodel
-from futextrace.jhash import auto_buckets
+from futextrace.kernel import model as kmodel
+from futextrace.kernel.jhash import auto_buckets
 from futextrace.workload.build import workload_path
 
 pytestmark = pytest.mark.root

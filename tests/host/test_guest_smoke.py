@@ -46,7 +46,7 @@ def expected(method: str) -> bool:
 def BPF():
     if os.geteuid() != 0:
         pytest.skip("needs root to load BPF programs")
-    from futextrace.headers import bcc_environment
+    from futextrace.kernel.headers import bcc_environment
     bcc_environment()       # before BCC compiles anything
     from bcc import BPF
     return BPF

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from futextrace import kmodel
-from futextrace.jhash import auto_buckets, private_bucket
+from futextrace.kernel import model as kmodel
+from futextrace.kernel.jhash import auto_buckets, private_bucket
 from futextrace.workload.build import workload_path
 
 pytestmark = pytest.mark.root

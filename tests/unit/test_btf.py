@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from futextrace import kmodel
-from futextrace.btf import Btf, BtfError, Digest, digest, elf_section
-from futextrace.kallsyms import Kallsyms
-from futextrace.topology import parse_cpulist
+from futextrace.kernel import model as kmodel
+from futextrace.kernel.btf import Btf, BtfError, Digest, digest, elf_section
+from futextrace.kernel.kallsyms import Kallsyms
+from futextrace.kernel.topology import parse_cpulist
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "btf"
 VMLINUX = Path("/sys/kernel/btf/vmlinux")

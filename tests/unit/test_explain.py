@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from futextrace import explain as E
-from futextrace import snapshot as S
-from futextrace.layout import EVENT
-from futextrace.timeline import build_timeline
+from futextrace.analysis import explain as E
+from futextrace.record import snapshot as S
+from futextrace.loading.layout import EVENT
+from futextrace.analysis.timeline import build_timeline
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 THREAD = 0x3D0F00          # glibc pthread_create's clone flags

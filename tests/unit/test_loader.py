@@ -1,5 +1,5 @@
 """The default size of the per-CPU futexes map follows the CPU count."""
-from futextrace.loader import FUTEXES_BUDGET, default_max_futexes
+from futextrace.loading.loader import FUTEXES_BUDGET, default_max_futexes
 
 
 def test_small_machines_keep_65536():

@@ -1,7 +1,7 @@
 """Parser for `perf bench futex hash` output (recorded strings, no perf needed)."""
 import pytest
 
-from futextrace import perfbench
+from futextrace.bench import perfbench
 from futextrace.errors import EnvironmentProblem, KernelRefused
 
 # Debian linux-perf 6.1 on the build machine (no -b, no "Futex hashing" line).

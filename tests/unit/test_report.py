@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from futextrace.errors import EXIT_IO, FileProblem
-from futextrace.render import render_text
-from futextrace.report import load_recording
+from futextrace.output.render import render_text
+from futextrace.output.report import load_recording
 
 DATA = Path(__file__).parent.parent / "data"
 SAMPLES = [DATA / "recording-tp-64.json", DATA / "recording-tp-auto.json"]
@@ -103,6 +103,6 @@ def test_plots_without_lookups_or_resizes(tmp_path):
     """An empty recording still draws (with a note), rather than failing."""
     rec = copy.deepcopy(json.loads(SAMPLES[0].read_text()))
     rec["processes"], rec["resizes"], rec["per_cpu"] = [], [], []
-    from futextrace.plots_recording import plot_recording
+    from futextrace.output.plots_recording import plot_recording
     paths = plot_recording(rec, tmp_path)
     assert all(p.read_bytes().startswith(PNG) for p in paths)

@@ -4,8 +4,8 @@ import errno
 
 import pytest
 
-from futextrace.layout import EVENT
-from futextrace.timeline import build_timeline
+from futextrace.loading.layout import EVENT
+from futextrace.analysis.timeline import build_timeline
 
 SET_SLOTS, GET_SLOTS = 1, 2
 KERNEL = {"online_cpus": [0, 1], "global_hash": {"buckets_per_node": 512}}

@@ -1,5 +1,5 @@
-"""futextrace.vmkernels without network: mirror discovery and package choice."""
-from futextrace import vmkernels as vk
+"""tests/vm/vmkernels.py without network: mirror discovery and package choice."""
+import vmkernels as vk
 
 DEB822 = """\
 Types: deb

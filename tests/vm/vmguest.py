@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from futextrace import vmkernels
+import vmkernels
 
 REPO = Path(__file__).resolve().parents[2]
 # Kernel log lines that fail a guest run however the tests went.

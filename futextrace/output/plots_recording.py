@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import FileProblem
-from .plots import _pyplot
+from futextrace.errors import FileProblem
+from futextrace.output.plots import _pyplot
 
 MAX_PANELS = 6   # hashes drawn in the bucket figure; the busiest ones
 

@@ -97,7 +97,7 @@ def ensure_tracefs() -> None:
 
 def bcc_environment(prepare: bool = True) -> HeaderTree:
     """Point BCC at a header tree (sets BCC_KERNEL_SOURCE) or fail with advice."""
-    from .errors import EnvironmentProblem
+    from futextrace.errors import EnvironmentProblem
     ensure_tracefs()
     tree = find_header_tree(prepare=prepare)
     if tree is None:

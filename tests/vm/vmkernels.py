@@ -5,8 +5,8 @@ paths are tested in guests booted from real Debian kernel packages. Packages
 come from the system's own Debian mirror through a *private* apt state under
 the cache; the system's apt configuration is never changed.
 
-    python -m futextrace.vmkernels fetch 7.3 6.18   # prints the kernel image paths
-    python -m futextrace.vmkernels list             # what the index offers
+    python tests/vm/vmkernels.py fetch 7.3 6.18   # prints the kernel image paths
+    python tests/vm/vmkernels.py list             # what the index offers
 """
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def fetch(series: str, refresh: bool = False, log=print) -> Kernel:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("fetch", "list"):
-        print("usage: python -m futextrace.vmkernels fetch [--refresh] SERIES... | list",
+        print("usage: python tests/vm/vmkernels.py fetch [--refresh] SERIES... | list",
               file=sys.stderr)
         return 2
     try:

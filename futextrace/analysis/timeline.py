@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import errno
 
-from .jhash import auto_buckets
-from .layout import EVENT
+from futextrace.kernel.jhash import auto_buckets
+from futextrace.loading.layout import EVENT
 
 CLONE_VM = 0x00000100
 CLONE_VFORK = 0x00004000

@@ -6,8 +6,8 @@ makes a futex call (HASH_SEEN), which timeline.py turns into `hash_states`.
 """
 from __future__ import annotations
 
-from . import targets
-from .record import RecordOptions, record_pids
+from futextrace.record import targets
+from futextrace.record.recorder import RecordOptions, record_pids
 
 
 def describe(state: dict | None) -> dict:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from . import bench
-from .bench import AUTO, GLOBAL, WorkloadOptions
-from .errors import UsageError
+from futextrace.bench import runner as bench
+from futextrace.bench.runner import AUTO, GLOBAL, WorkloadOptions
+from futextrace.errors import UsageError
 
 DEFAULT_BUCKETS = "2-131072"
 

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 
-from .errors import EnvironmentProblem, KernelRefused, UsageError
+from futextrace.errors import EnvironmentProblem, KernelRefused, UsageError
 
 _SUMMARY = re.compile(r"Run summary \[PID (\d+)\]: (\d+) threads, each operating on (\d+) "
                       r"\[(shared|private)\] futexes for (\d+) secs")

@@ -14,8 +14,8 @@ import ctypes
 import os
 import struct
 
-from .bpfsys import BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN, bpf
-from .errors import KernelRefused
+from futextrace.loading.bpfsys import BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN, bpf
+from futextrace.errors import KernelRefused
 
 _BPF_PROG_TYPE_TRACING = 26
 _BPF_TRACE_RAW_TP = 23

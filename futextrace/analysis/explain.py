@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from .jhash import auto_buckets, roundup_pow_of_two
-from .timeline import CLONE_THREAD, CLONE_VFORK, CLONE_VM
+from futextrace.kernel.jhash import auto_buckets, roundup_pow_of_two
+from futextrace.analysis.timeline import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 
 EINVAL, EBUSY, ENOMEM = -22, -16, -12
 MAX_SUGGESTED = 1 << 16      # 64 Ki buckets (~4 MiB): beyond that, more buckets are not the fix

@@ -6,7 +6,7 @@ import os
 import signal
 import tempfile
 
-from .errors import TargetError
+from futextrace.errors import TargetError
 
 PF_KTHREAD = 0x00200000
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from .aggregate import KIND_NAMES, _stat_of, merge_futexes
+from futextrace.record.aggregate import KIND_NAMES, _stat_of, merge_futexes
 
 TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top

@@ -1,7 +1,7 @@
 """Turn raw map dumps and events into a recording (the documented JSON).
 
 Pure Python over plain data, so it is unit-tested on recorded dumps. Input
-`raw` (what futextrace.record collects from the kernel maps):
+`raw` (what futextrace.record.recorder collects from the kernel maps):
   counters: {name: [per-CPU values]}
   futexes:  [{tgid, kind, uaddr, hash_mask, per_cpu: [[lookups, atomic, bucket, node, kbucket]...]}]
   events:   [{type, t, tgid, tid, cpu, hash, hash_new, hash_mask, hash_new_mask, arg0, arg1,
@@ -12,9 +12,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from . import __version__
-from .layout import KIND
-from .timeline import build_timeline
+from futextrace import __version__
+from futextrace.loading.layout import KIND
+from futextrace.analysis.timeline import build_timeline
 
 SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1

@@ -15,9 +15,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import kmodel, prctl
-from .errors import EnvironmentProblem
-from .headers import ensure_tracefs
+from futextrace.kernel import model as kmodel
+from futextrace.kernel import prctl
+from futextrace.errors import EnvironmentProblem
+from futextrace.kernel.headers import ensure_tracefs
 
 KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
 PREFERENCE = ["fentry", "kprobe", "tracepoint", "raw_tracepoint"]
@@ -105,7 +106,7 @@ def require_private_hash(model: kmodel.KernelModel) -> None:
 
 
 def _bpf_class():
-    from .headers import bcc_environment
+    from futextrace.kernel.headers import bcc_environment
     bcc_environment()
     from bcc import BPF
 
@@ -243,7 +244,7 @@ def probe_raw_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
 
 def probe_tp_btf(model: kmodel.KernelModel) -> MethodStatus:
     """The hook the tracepoint method prefers for sys_enter (typed registers)."""
-    from . import tpbtf
+    from futextrace.loading import tpbtf
     tp = "sys_enter"
     tp_id = model.tp_btf_ids.get(tp)
     if tp_id is None:
@@ -277,7 +278,7 @@ def prctl_status() -> dict:
 
 
 def headers_status() -> dict:
-    from .headers import find_header_tree
+    from futextrace.kernel.headers import find_header_tree
     t = find_header_tree(prepare=True)
     if t is None:
         return {"path": None, "version": None, "matches_running": False}

@@ -2,7 +2,7 @@
 running kernel really has (names and clones from the kernel model)."""
 from __future__ import annotations
 
-from .errors import EnvironmentProblem
+from futextrace.errors import EnvironmentProblem
 
 # (kernel function, BPF function, kind, needed). Optional probes that the
 # kernel inlined are reported as missing; a required one stops the method.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import FileProblem, UsageError
+from futextrace.errors import FileProblem, UsageError
 
 PLOT_SUFFIXES = (".png", ".svg")
 

@@ -16,11 +16,11 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import topology as topo_mod
-from .btf import Btf, BtfError, Digest, TypeSource
-from .errors import EnvironmentProblem, FileProblem
-from .jhash import roundup_pow_of_two
-from .kallsyms import Kallsyms, Symbol
+from futextrace.kernel import topology as topo_mod
+from futextrace.kernel.btf import Btf, BtfError, Digest, TypeSource
+from futextrace.errors import EnvironmentProblem, FileProblem
+from futextrace.kernel.jhash import roundup_pow_of_two
+from futextrace.kernel.kallsyms import Kallsyms, Symbol
 
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
@@ -182,7 +182,7 @@ def _symbols(btf: TypeSource, kallsyms_path: str | None, live: bool) -> tuple[Ka
 def _learn_clone_rule() -> tuple[str | None, str]:
     """Run cloneprobe: which clones allocate the hash? vfork, then a CLONE_VM
     clone without CLONE_THREAD, then a pthread, stopping at the first that does."""
-    from .workload.build import workload_path
+    from futextrace.workload.build import workload_path
     try:
         out = subprocess.run([str(workload_path("cloneprobe"))], capture_output=True,
                              text=True, timeout=10)

@@ -17,11 +17,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import kmodel, targets
-from .aggregate import build_recording
-from .errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
-from .layout import COUNTER, EVENT, KIND
-from .loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
+from futextrace.kernel import model as kmodel
+from futextrace.record import targets
+from futextrace.record.aggregate import build_recording
+from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
+from futextrace.loading.layout import COUNTER, EVENT, KIND
+from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -51,7 +52,7 @@ class RecordOptions:
 def kprobe_precondition(model) -> str | None:
     """Why the kprobe method cannot work here, or None. Cheap checks only:
     loading the real programs is the proof (see Recorder.start)."""
-    from .doctor import KPROBE_PMU
+    from futextrace.loading.doctor import KPROBE_PMU
     if not KPROBE_PMU.is_dir():
         return f"kernel built without CONFIG_KPROBES (no {KPROBE_PMU})"
     if not model.probeable("futex_hash"):
@@ -221,7 +222,7 @@ class Recorder:
         return out
 
     def _interval_report(self, elapsed: float):
-        from . import live
+        from futextrace.record import live
         futexes = self.dump_futexes()
         c = {k: sum(v) for k, v in self.counters(futexes).items()}
         prev = self._last_totals or {k: 0 for k in c}
@@ -303,7 +304,7 @@ class Recorder:
         raw = self.dump()
         if self.opts.hash_kind != "all":
             keep = ("private",) if self.opts.hash_kind == "private" else ("global", "global_shared", "global_numa")
-            from .aggregate import KIND_NAMES
+            from futextrace.record.aggregate import KIND_NAMES
             raw["futexes"] = [f for f in raw["futexes"] if KIND_NAMES.get(f["kind"]) in keep]
         topo = self.model.topology
         g = self.model.global_hash

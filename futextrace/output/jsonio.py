@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .errors import FileProblem
+from futextrace.errors import FileProblem
 
 
 def open_output(path: str):

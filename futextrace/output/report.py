@@ -6,8 +6,8 @@ import html
 import json
 from pathlib import Path
 
-from .aggregate import SCHEMA, SCHEMA_VERSION
-from .errors import FileProblem
+from futextrace.record.aggregate import SCHEMA, SCHEMA_VERSION
+from futextrace.errors import FileProblem
 
 # Keys render_text() needs; a file without them cannot be rendered.
 REQUIRED = ("method", "totals", "duration_s", "processes", "per_cpu", "per_node", "refcount", "resizes")

@@ -9,7 +9,7 @@ decoded only when asked for, and the name index is built on first lookup.
 vmlinux BTF (~5 MB, ~150k types) loads in a fraction of a second.
 
 Inputs: raw BTF (/sys/kernel/btf/vmlinux), an ELF file with a .BTF section
-(vmlinux), or a JSON digest written by `python -m futextrace.btf --digest FILE`
+(vmlinux), or a JSON digest written by `python -m futextrace.kernel.btf --digest FILE`
 (a small subset of the futex-related types, used as test data).
 """
 from __future__ import annotations
@@ -513,7 +513,7 @@ def digest(btf: TypeSource, symbols: list[tuple[str, str]] | None = None, meta: 
 
 def main(argv: list[str]) -> int:
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m futextrace.btf",
+    ap = argparse.ArgumentParser(prog="python -m futextrace.kernel.btf",
                                  description="Inspect BTF or write a digest of its futex types.")
     ap.add_argument("file", nargs="?", default="/sys/kernel/btf/vmlinux")
     ap.add_argument("--digest", action="store_true", help="print a JSON digest")
@@ -528,7 +528,7 @@ def main(argv: list[str]) -> int:
     if a.digest:
         syms = None
         if a.system_map:
-            from .kallsyms import Kallsyms
+            from futextrace.kernel.kallsyms import Kallsyms
             ks = Kallsyms.from_file(a.system_map)
             syms = [(s.type, s.name) for s in ks.symbols]
         print(json.dumps(digest(btf, syms, {"release": a.release, "source": Path(a.file).name}),

@@ -11,10 +11,10 @@ import atexit
 import os
 from dataclasses import dataclass, field
 
-from .errors import EnvironmentProblem, KernelRefused
-from .headers import bcc_environment
-from .layout import bpf_dir
-from .topology import nr_cpu_ids
+from futextrace.errors import EnvironmentProblem, KernelRefused
+from futextrace.kernel.headers import bcc_environment
+from futextrace.loading.layout import bpf_dir
+from futextrace.kernel.topology import nr_cpu_ids
 
 METHODS = ("fentry", "kprobe", "tracepoint")
 CACHE_SLOTS_MAX = 4096      # per-CPU slots of the cache in front of the futexes map
@@ -132,7 +132,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     if filters.comms:
         flags.append("-DFILTER_COMM")
     if method != "tracepoint":
-        from .kprobes import cflags as kprobe_cflags
+        from futextrace.loading.kprobes import cflags as kprobe_cflags
         flags += kprobe_cflags(model)
     flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
     return flags
@@ -184,7 +184,7 @@ class Program:
             self.probes = self._attach_syscall_hooks(model) + [
                 "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
         else:
-            from .kprobes import attach_kprobes
+            from futextrace.loading.kprobes import attach_kprobes
             try:
                 self.probes = attach_kprobes(self._bpf, model, method)
             except Exception:
@@ -195,7 +195,7 @@ class Program:
         """sys_enter as a BTF tracepoint where the kernel takes it (plain loads
         of the syscall's registers: the cheap path), else as a raw tracepoint;
         with exact_prctl, prctl's own exit tracepoint for PR_FUTEX_HASH results."""
-        from . import tpbtf
+        from futextrace.loading import tpbtf
         probes = []
         tp_id = model.tp_btf_ids.get("sys_enter")
         if tp_id is not None and not os.environ.get("FUTEXTRACE_NO_TP_BTF"):
@@ -226,7 +226,7 @@ class Program:
         running on that CPU (bpf_prog_info.recursion_misses): nested BPF, or,
         where syscall tracepoints run preemptibly (lazy/full preemption), a
         preempted run of ours. The lookups of a skipped run are not counted."""
-        from .bpfsys import prog_stats
+        from futextrace.loading.bpfsys import prog_stats
         fds = [fn.fd for fn in self._bpf.funcs.values()] + [prog for _, prog in self._tp_btf] if self._bpf else []
         missed = 0
         for fd in fds:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from .errno_names import errno_name
+from futextrace.kernel.errnos import errno_name
 
 
 def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:

@@ -1,7 +1,7 @@
 """Run the futex-hash workload (built-in or perf) and normalise its result.
 
 `run()` is the one entry point for `bench` and `sweep`. Tracing is delegated to
-futextrace.record (written separately); `trace_command()` is the only place that
+futextrace.record.recorder (written separately); `trace_command()` is the only place that
 knows about it, so finishing the integration touches one function.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 
-from . import perfbench
-from .errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
+from futextrace.bench import perfbench
+from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
 
 AUTO, GLOBAL = -1, 0
 MAX_BUCKETS = 1 << 31   # SET_SLOTS takes an unsigned int; bigger values would be truncated
@@ -80,7 +80,7 @@ def builtin_argv(o: WorkloadOptions, addrs: bool = False, wait_fd: int | None = 
     """argv of the built-in workload. `addrs`: report every futex address.
     `wait_fd`: the workload blocks reading this fd (one byte or EOF) before its
     prctl and threads, so a tracer that starts it can attach first (pass_fds)."""
-    from .workload import workload_path
+    from futextrace.workload import workload_path
     argv = [str(workload_path()), "-f", str(o.futexes), "-b", str(o.buckets)]
     if o.threads is not None:
         argv += ["-t", str(o.threads)]
@@ -179,7 +179,7 @@ def _run_plain(argv: list[str]) -> tuple[int, str, str]:
 
 
 def trace_command(argv: list[str], options: dict) -> tuple[int, str, str, dict | None, str | None]:
-    """Run argv under futextrace.record.record_command; fall back to untraced.
+    """Run argv under futextrace.record.recorder.record_command; fall back to untraced.
 
     Integration point with the recorder: record_command(argv, options) starts the
     command, traces it to the end and returns a recording (docs/design.md). The
@@ -187,13 +187,13 @@ def trace_command(argv: list[str], options: dict) -> tuple[int, str, str, dict |
     us whatever the recorder does with stdio; `exec` keeps the traced PID.
     Returns (returncode, stdout, stderr, recording, note)."""
     try:
-        record = importlib.import_module("futextrace.record")
+        record = importlib.import_module("futextrace.record.recorder")
         record_command = record.record_command
     except (ModuleNotFoundError, AttributeError) as e:
-        if isinstance(e, ModuleNotFoundError) and e.name != "futextrace.record":
+        if isinstance(e, ModuleNotFoundError) and e.name != "futextrace.record.recorder":
             raise   # record.py exists but is broken: let that show
         rc, out, err = _run_plain(argv)
-        return rc, out, err, None, "tracing not available yet (futextrace.record.record_command " \
+        return rc, out, err, None, "tracing not available yet (futextrace.record.recorder.record_command " \
                                    "missing): ran untraced"
     # A fresh RecordOptions per run: record_command adds the child's PID to it.
     opts = record.RecordOptions(**options) if isinstance(options, dict) else options
@@ -225,11 +225,11 @@ def _read(path: str) -> str:
 
 
 def render_recording(recording: dict) -> str | None:
-    """Text of futextrace.render.render_text, or None while that module is missing."""
+    """Text of futextrace.output.render.render_text, or None while that module is missing."""
     try:
-        render_text = importlib.import_module("futextrace.render").render_text
+        render_text = importlib.import_module("futextrace.output.render").render_text
     except (ModuleNotFoundError, AttributeError) as e:
-        if isinstance(e, ModuleNotFoundError) and e.name != "futextrace.render":
+        if isinstance(e, ModuleNotFoundError) and e.name != "futextrace.output.render":
             raise
         return None
     return render_text(recording)

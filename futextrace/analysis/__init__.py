@@ -1,0 +1,1 @@
+"""Reading a recording: the resize timeline and why each bucket count."""

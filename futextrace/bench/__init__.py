@@ -1,0 +1,1 @@
+"""Benchmarks: the built-in workload runner, perf bench, bucket sweeps."""

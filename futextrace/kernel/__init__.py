@@ -1,0 +1,1 @@
+"""The running kernel: BTF, kallsyms, the futex model, topology, header trees, the kernel's hash formulas."""

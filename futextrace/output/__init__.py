@@ -1,0 +1,1 @@
+"""Showing a recording: text, JSON, plots, HTML reports."""

@@ -1,0 +1,1 @@
+"""Recording: targets, the recorder's poll loop, map aggregation, the live view, snapshots."""
