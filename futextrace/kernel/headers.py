@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +41,31 @@ def _usable(tree: Path) -> bool:
         and (tree / "include/generated/autoconf.h").is_file()
 
 
+def _copy_into(src: Path, dest: Path) -> None:
+    """Copy the tree `src` into `dest`, merging with what is there. A symlink is
+    copied as a link to where it resolves from `src` (Debian's relative links such
+    as scripts -> ../../lib/linux-kbuild-6.1/scripts would dangle in the cache),
+    and replaces a link of the same name that an earlier tree brought."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        (dest / rel).mkdir(parents=True, exist_ok=True)
+        for name in dirnames + filenames:
+            s, d = Path(dirpath) / name, dest / rel / name
+            if s.is_symlink():
+                target = os.path.normpath(os.path.join(dirpath, os.readlink(s)))
+                if d.is_symlink() or d.is_file():
+                    d.unlink()
+                os.symlink(target, d)
+            elif name in filenames:
+                shutil.copy2(s, d)
+        # os.walk lists a symlinked directory among dirnames; it was linked above.
+        dirnames[:] = [n for n in dirnames if not (Path(dirpath) / n).is_symlink()]
+
+
 def _merge_debian_split() -> Path | None:
-    """Merge /usr/src/linux-headers-X-common and -X-amd64 into the cache."""
+    """Merge /usr/src/linux-headers-X-common and -X-amd64 into the cache. The
+    merge happens in a temporary directory beside the result and is renamed into
+    place only once complete, so a half-written tree is never found usable."""
     for arch_dir in sorted(glob.glob("/usr/src/linux-headers-*-amd64"), reverse=True):
         common = re.sub(r"-amd64$", "-common", arch_dir)
         if not os.path.isdir(common):
@@ -50,16 +74,22 @@ def _merge_debian_split() -> Path | None:
         dest = CACHE / "headers" / name
         if _usable(dest):
             return dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=dest.parent))
         try:
-            tmp = dest.with_name(dest.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(common, tmp, symlinks=True)
-            shutil.copytree(arch_dir, tmp, symlinks=True, dirs_exist_ok=True)
+            _copy_into(Path(common), tmp)
+            _copy_into(Path(arch_dir), tmp)
+            if not _usable(tmp):
+                return None
+            tmp.chmod(0o755)   # mkdtemp makes it private; BCC runs as any user
             shutil.rmtree(dest, ignore_errors=True)
             tmp.rename(dest)
-        except OSError:
+        except OSError as e:
+            print(f"futextrace: merging {common} and {arch_dir} failed: {e}", file=sys.stderr)
             return None
-        return dest if _usable(dest) else None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return dest
     return None
 
 
@@ -74,7 +104,8 @@ def find_header_tree(prepare: bool = True) -> HeaderTree | None:
         rel = _release_of(build)
         return HeaderTree(build, rel, str(build), rel in ("", running))
     merged = None
-    for cand in sorted((CACHE / "headers").glob("*"), reverse=True):
+    # Names starting with "." are merges in progress (or left by a crash).
+    for cand in sorted((CACHE / "headers").glob("[!.]*"), reverse=True):
         if _usable(cand):
             merged = cand
             break
