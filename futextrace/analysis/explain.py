@@ -8,12 +8,14 @@ need_futex_hash_allocate_default().
 """
 from __future__ import annotations
 
+import errno
 import math
 
-from futextrace.kernel.jhash import auto_buckets, roundup_pow_of_two
-from futextrace.analysis.timeline import CLONE_THREAD, CLONE_VFORK, CLONE_VM
+from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
+from futextrace.kernel.sizing import auto_buckets, roundup_pow_of_two, threads_before_clone
 
-EINVAL, EBUSY, ENOMEM = -22, -16, -12
+# prctl results as the kernel returns them (negative errno).
+EINVAL, EBUSY, ENOMEM = -errno.EINVAL, -errno.EBUSY, -errno.ENOMEM
 MAX_SUGGESTED = 1 << 16      # 64 Ki buckets (~4 MiB): beyond that, more buckets are not the fix
 RULES = {
     "thread+vm": "before 7.1 a clone allocates only with CLONE_THREAD|CLONE_VM",
@@ -77,8 +79,7 @@ class _State:
 
 
 def _threads_before(th: dict) -> int:
-    # nr_threads counts the new thread already; the kernel's formula ran before it.
-    return th["nr_threads"] - 1 if (th["clone_flags"] or 0) & CLONE_THREAD else th["nr_threads"]
+    return threads_before_clone(th["nr_threads"], th["clone_flags"])
 
 
 def _pending_text(r: dict) -> str:

@@ -15,20 +15,36 @@ its hash has taken over), -ENOMEM once the caller is seen again without it.
 """
 from __future__ import annotations
 
-import errno
+from errno import EBUSY, EINVAL, ENOMEM
 
-from futextrace.kernel.jhash import auto_buckets
+from futextrace.kernel.constants import FH_CUSTOM, PR_FUTEX_HASH_SET_SLOTS
+from futextrace.kernel.sizing import auto_buckets, threads_before_clone
 from futextrace.loading.layout import EVENT
-
-CLONE_VM = 0x00000100
-CLONE_VFORK = 0x00004000
-CLONE_THREAD = 0x00010000
-PR_FUTEX_HASH_SET_SLOTS = 1
 
 
 def buckets_of(mask: int, present: bool) -> int:
     """Bucket count of a private hash (0 = global hash)."""
     return mask + 1 if present and mask else 0
+
+
+def _now_buckets(ev: dict) -> int:
+    return buckets_of(ev["hash_mask"], bool(ev["hash"]))
+
+
+def _resize(t: float, ev: dict, trigger: str, *, clone_flags: int | None, threads: int,
+            online: int | None, requested, custom: bool, result: int | None, inferred: bool,
+            old_buckets: int, new_buckets: int) -> dict:
+    """One entry of the `resizes` list (docs/json-schema.md), not yet pivoted."""
+    return {"t": t, "pid": ev["tgid"], "comm": ev["comm"], "trigger": trigger,
+            "clone_flags": clone_flags, "threads": threads, "online_cpus": online,
+            "requested": requested, "custom": custom, "result": result,
+            "result_inferred": inferred, "old_buckets": old_buckets, "new_buckets": new_buckets,
+            "pivot_t": None, "pending_s": None}
+
+
+def _pivoted(r: dict, t: float) -> None:
+    """The resize's hash took over at time t."""
+    r["pivot_t"], r["pending_s"] = t, round(t - r["t"], 6)
 
 
 class _Proc:
@@ -41,14 +57,23 @@ class _Proc:
         self.prctl = {}         # tid -> prctl enter event
         self.awaiting = []      # (resize, caller tid, slots): inferred results not yet seen
 
+    def settle(self, ev: dict) -> None:
+        """The process now runs on ev's hash: close a pending resize."""
+        new_hash, buckets = ev["hash"], _now_buckets(ev)
+        if self.hash is not None and new_hash != self.hash and self.pending is not None:
+            _pivoted(self.pending, ev["t"])
+            self.pending["new_buckets"] = buckets
+            self.pending = None
+        self.hash, self.buckets, self.custom = new_hash, buckets, bool(ev["custom"])
+
 
 def _static_prctl_result(enter: dict) -> int | None:
     """-EINVAL/-EBUSY as futex_hash_prctl() decides them before allocating, or None."""
     slots = enter["arg0"] & 0xFFFFFFFF          # the kernel takes an unsigned int
     if enter["ret"] != 0 or slots == 1 or slots & (slots - 1):   # ret: the enter event's arg4
-        return -errno.EINVAL
+        return -EINVAL
     if enter["hash"] and not enter["hash_mask"]:
-        return -errno.EBUSY                     # the global hash was chosen: no way back
+        return -EBUSY                           # the global hash was chosen: no way back
     return None
 
 
@@ -59,138 +84,144 @@ def _resolve_prctl(p: _Proc, ev: dict) -> None:
         wanted = bool(ev["hash"]) and bool(ev["custom"]) and ev["hash_mask"] == (slots - 1 if slots else 0)
         if wanted:
             r["result"], r["new_buckets"] = 0, buckets_of(ev["hash_mask"], True)
-            r["pivot_t"], r["pending_s"] = ev["t"], round(ev["t"] - r["t"], 6)
+            _pivoted(r, ev["t"])
         elif ev["tid"] == tid:
-            r["result"] = -errno.ENOMEM         # back from prctl, and the hash is not the one asked for
+            r["result"] = -ENOMEM               # back from prctl, and the hash is not the one asked for
         else:
             continue
         p.awaiting.remove(item)
 
 
-def build_timeline(events: list[dict], kernel: dict, infer_prctl: bool = False) -> dict:
-    online = len(kernel.get("online_cpus", [])) or None
-    gsize = kernel.get("global_hash", {}).get("buckets_per_node")
-    procs: dict[int, _Proc] = {}
-    resizes, threads, states = [], [], []
-    # With the kprobe method futex_hash_allocate() itself is probed: its
-    # events replace the resizes inferred from clone()/prctl().
-    probed = {e["tgid"] for e in events if e["type"] == EVENT["FTE_ALLOC_ENTER"]}
-    FH_CUSTOM = 1
+# Events after which an inferred prctl result may be settled.
+_RESOLVING = {EVENT["FTE_HASH_SEEN"], EVENT["FTE_NEWTASK"], EVENT["FTE_EXIT"], EVENT["FTE_PRCTL_ENTER"]}
 
-    def settle(p: _Proc, ev: dict, new_hash: int, buckets: int, custom: bool):
-        """The process now runs on `new_hash`: close a pending resize."""
-        if p.hash is not None and new_hash != p.hash and p.pending is not None:
-            r = p.pending
-            r["pivot_t"] = ev["t"]
-            r["pending_s"] = round(ev["t"] - r["t"], 6)
-            r["new_buckets"] = buckets
-            p.pending = None
-        p.hash, p.buckets, p.custom = new_hash, buckets, custom
 
-    for ev in sorted(events, key=lambda e: e["t"]):
-        typ = ev["type"]
-        p = procs.setdefault(ev["tgid"], _Proc())
-        now_buckets = buckets_of(ev["hash_mask"], bool(ev["hash"]))
-        if p.awaiting and typ in (EVENT["FTE_HASH_SEEN"], EVENT["FTE_NEWTASK"], EVENT["FTE_EXIT"],
-                                  EVENT["FTE_PRCTL_ENTER"]):
+class _Timeline:
+    """Walks the events in time order; one handler per event kind."""
+
+    def __init__(self, events: list[dict], kernel: dict, infer_prctl: bool):
+        self.online = len(kernel.get("online_cpus", [])) or None
+        self.gsize = kernel.get("global_hash", {}).get("buckets_per_node")
+        self.infer_prctl = infer_prctl
+        self.procs: dict[int, _Proc] = {}
+        self.resizes, self.threads, self.states = [], [], []
+        # With the kprobe method futex_hash_allocate() itself is probed: its
+        # events replace the resizes inferred from clone()/prctl().
+        self.probed = {e["tgid"] for e in events if e["type"] == EVENT["FTE_ALLOC_ENTER"]}
+        self.handlers = {
+            EVENT["FTE_HASH_SEEN"]: self.on_hash_seen, EVENT["FTE_NEWTASK"]: self.on_newtask,
+            EVENT["FTE_EXIT"]: self.on_exit, EVENT["FTE_PRCTL_ENTER"]: self.on_prctl_enter,
+            EVENT["FTE_PRCTL_EXIT"]: self.on_prctl_exit, EVENT["FTE_ALLOC_ENTER"]: self.on_alloc_enter,
+            EVENT["FTE_ALLOC_EXIT"]: self.on_alloc_exit, EVENT["FTE_PIVOT"]: self.on_pivot,
+        }
+
+    def feed(self, ev: dict) -> None:
+        p = self.procs.setdefault(ev["tgid"], _Proc())
+        if p.awaiting and ev["type"] in _RESOLVING:
             _resolve_prctl(p, ev)
-        if typ == EVENT["FTE_HASH_SEEN"]:
-            # Not `p.hash is None`: a NEWTASK or prctl before the first futex call
-            # sets p.hash, and the process would then never get a state.
-            first = not p.seen
-            p.seen = True
-            if first or ev["hash"] != p.hash:
-                states.append({"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"],
-                               "buckets": now_buckets, "custom": bool(ev["custom"]),
-                               "private": bool(ev["hash"]) and now_buckets > 0,
-                               "first_seen": first})
-            settle(p, ev, ev["hash"], now_buckets, bool(ev["custom"]))
-        elif typ == EVENT["FTE_NEWTASK"]:
-            flags, child = ev["arg0"], ev["arg1"]
-            nr = ev["nr_threads"]
-            # nr_threads already counts the new thread; the kernel's formula saw the count before.
-            before = nr - 1 if flags & CLONE_THREAD else nr
-            threads.append({"t": ev["t"], "pid": ev["tgid"], "tid": child, "event": "new",
-                            "clone_flags": flags, "nr_threads": nr})
-            old_hash, old_buckets = p.hash, p.buckets
-            new_pending = buckets_of(ev["hash_new_mask"], bool(ev["hash_new"])) if ev["hash_new"] else None
-            changed = old_hash is not None and ev["hash"] != old_hash
-            first_alloc = old_hash in (None, 0) and ev["hash"] and now_buckets
-            if ev["tgid"] not in probed and (changed or first_alloc or (new_pending and p.pending is None)):
-                formula = auto_buckets(before, online, gsize) if online and gsize else None
-                r = {"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "clone",
-                     "clone_flags": flags, "threads": before, "online_cpus": online,
-                     "requested": formula["buckets"] if formula else None, "custom": False,
-                     "result": 0, "result_inferred": False,
-                     "old_buckets": old_buckets if old_hash is not None else 0,
-                     "new_buckets": now_buckets if not new_pending else new_pending,
-                     "pivot_t": None, "pending_s": None}
-                if new_pending:
-                    p.pending = r
-                else:
-                    r["pivot_t"], r["pending_s"] = ev["t"], 0.0
-                resizes.append(r)
-            settle(p, ev, ev["hash"], now_buckets, bool(ev["custom"]))
-        elif typ == EVENT["FTE_EXIT"]:
-            threads.append({"t": ev["t"], "pid": ev["tgid"], "tid": ev["tid"], "event": "exit",
-                            "clone_flags": 0, "nr_threads": ev["nr_threads"]})
-        elif typ == EVENT["FTE_PRCTL_ENTER"]:
-            p.prctl[ev["tid"]] = ev
-            if p.hash is None:
-                p.hash, p.buckets, p.custom = ev["hash"], now_buckets, bool(ev["custom"])
-            if infer_prctl and ev["arg1"] == PR_FUTEX_HASH_SET_SLOTS and ev["tgid"] not in probed:
-                r = {"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "prctl",
-                     "clone_flags": None, "threads": ev["nr_threads"], "online_cpus": online,
-                     "requested": ev["arg0"], "custom": True, "result": _static_prctl_result(ev),
-                     "result_inferred": True, "old_buckets": now_buckets, "new_buckets": now_buckets,
-                     "pivot_t": None, "pending_s": None}
-                if r["result"] is None:
-                    p.awaiting.append((r, ev["tid"], ev["arg0"] & 0xFFFFFFFF))
-                resizes.append(r)
-        elif typ == EVENT["FTE_PRCTL_EXIT"]:
-            enter = p.prctl.pop(ev["tid"], None)
-            if enter is None or enter["arg1"] != PR_FUTEX_HASH_SET_SLOTS or ev["tgid"] in probed:
-                continue
-            old_buckets = buckets_of(enter["hash_mask"], bool(enter["hash"]))
-            r = {"t": enter["t"], "pid": ev["tgid"], "comm": ev["comm"], "trigger": "prctl",
-                 "clone_flags": None, "threads": enter["nr_threads"], "online_cpus": online,
-                 "requested": enter["arg0"], "custom": True, "result": ev["ret"], "result_inferred": False,
-                 "old_buckets": old_buckets, "new_buckets": old_buckets,
-                 "pivot_t": None, "pending_s": None}
-            if ev["ret"] == 0:
-                # A custom request waits in prctl() until its hash has taken over.
-                r["new_buckets"] = now_buckets
-                r["pivot_t"] = ev["t"]
-                r["pending_s"] = round(ev["t"] - enter["t"], 6)
-            resizes.append(r)
-            settle(p, ev, ev["hash"], now_buckets, bool(ev["custom"]))
-        elif typ == EVENT["FTE_ALLOC_ENTER"]:
-            p.prctl[("alloc", ev["tid"])] = ev
-        elif typ == EVENT["FTE_ALLOC_EXIT"]:
-            enter = p.prctl.pop(("alloc", ev["tid"]), None)
-            if enter is None:
-                continue
-            custom = bool(enter["arg1"] & FH_CUSTOM)
-            old = buckets_of(enter["hash_mask"], bool(enter["hash"]))
-            r = {"t": enter["t"], "pid": ev["tgid"], "comm": ev["comm"],
-                 "trigger": "prctl" if custom else "clone", "clone_flags": None,
-                 "threads": enter["nr_threads"], "online_cpus": online, "requested": enter["arg0"],
-                 "custom": custom, "result": ev["ret"], "result_inferred": False,
-                 "old_buckets": old, "new_buckets": old,
-                 "pivot_t": None, "pending_s": None}
-            if ev["ret"] == 0:
-                if ev["hash"] != enter["hash"] and not ev["hash_new"]:
-                    r["new_buckets"], r["pivot_t"], r["pending_s"] = now_buckets, ev["t"], round(ev["t"] - enter["t"], 6)
-                    p.hash, p.buckets = ev["hash"], now_buckets
-                elif ev["hash_new"]:
-                    r["new_buckets"] = buckets_of(ev["hash_new_mask"], True)
-                    p.pending = r
-                else:
-                    r["new_buckets"] = old   # nothing to do: already this size
-            resizes.append(r)
-        elif typ == EVENT["FTE_PIVOT"]:
-            if ev["ret"] and p.pending is not None:
-                r = p.pending
-                r["pivot_t"], r["pending_s"] = ev["t"], round(ev["t"] - r["t"], 6)
-                p.pending = None
-    return {"resizes": resizes, "threads": threads, "hash_states": states}
+        handler = self.handlers.get(ev["type"])
+        if handler is not None:
+            handler(p, ev)
+
+    def on_hash_seen(self, p: _Proc, ev: dict) -> None:
+        # Not `p.hash is None`: a NEWTASK or prctl before the first futex call
+        # sets p.hash, and the process would then never get a state.
+        first = not p.seen
+        p.seen = True
+        if first or ev["hash"] != p.hash:
+            now = _now_buckets(ev)
+            self.states.append({"t": ev["t"], "pid": ev["tgid"], "comm": ev["comm"],
+                                "buckets": now, "custom": bool(ev["custom"]),
+                                "private": bool(ev["hash"]) and now > 0, "first_seen": first})
+        p.settle(ev)
+
+    def on_newtask(self, p: _Proc, ev: dict) -> None:
+        flags, nr = ev["arg0"], ev["nr_threads"]
+        self.threads.append({"t": ev["t"], "pid": ev["tgid"], "tid": ev["arg1"], "event": "new",
+                             "clone_flags": flags, "nr_threads": nr})
+        now = _now_buckets(ev)
+        new_pending = buckets_of(ev["hash_new_mask"], bool(ev["hash_new"])) if ev["hash_new"] else None
+        changed = p.hash is not None and ev["hash"] != p.hash
+        first_alloc = p.hash in (None, 0) and ev["hash"] and now
+        if ev["tgid"] not in self.probed and (changed or first_alloc or (new_pending and p.pending is None)):
+            before = threads_before_clone(nr, flags)
+            formula = auto_buckets(before, self.online, self.gsize) if self.online and self.gsize else None
+            r = _resize(ev["t"], ev, "clone", clone_flags=flags, threads=before, online=self.online,
+                        requested=formula["buckets"] if formula else None, custom=False, result=0,
+                        inferred=False, old_buckets=p.buckets if p.hash is not None else 0,
+                        new_buckets=now if not new_pending else new_pending)
+            if new_pending:
+                p.pending = r
+            else:
+                r["pivot_t"], r["pending_s"] = ev["t"], 0.0   # installed at once
+            self.resizes.append(r)
+        p.settle(ev)
+
+    def on_exit(self, p: _Proc, ev: dict) -> None:
+        self.threads.append({"t": ev["t"], "pid": ev["tgid"], "tid": ev["tid"], "event": "exit",
+                             "clone_flags": 0, "nr_threads": ev["nr_threads"]})
+
+    def on_prctl_enter(self, p: _Proc, ev: dict) -> None:
+        p.prctl[ev["tid"]] = ev
+        now = _now_buckets(ev)
+        if p.hash is None:
+            p.hash, p.buckets, p.custom = ev["hash"], now, bool(ev["custom"])
+        if not (self.infer_prctl and ev["arg1"] == PR_FUTEX_HASH_SET_SLOTS and ev["tgid"] not in self.probed):
+            return
+        r = _resize(ev["t"], ev, "prctl", clone_flags=None, threads=ev["nr_threads"], online=self.online,
+                    requested=ev["arg0"], custom=True, result=_static_prctl_result(ev), inferred=True,
+                    old_buckets=now, new_buckets=now)
+        if r["result"] is None:
+            p.awaiting.append((r, ev["tid"], ev["arg0"] & 0xFFFFFFFF))
+        self.resizes.append(r)
+
+    def on_prctl_exit(self, p: _Proc, ev: dict) -> None:
+        enter = p.prctl.pop(ev["tid"], None)
+        if enter is None or enter["arg1"] != PR_FUTEX_HASH_SET_SLOTS or ev["tgid"] in self.probed:
+            return
+        old = _now_buckets(enter)
+        r = _resize(enter["t"], ev, "prctl", clone_flags=None, threads=enter["nr_threads"],
+                    online=self.online, requested=enter["arg0"], custom=True, result=ev["ret"],
+                    inferred=False, old_buckets=old, new_buckets=old)
+        if ev["ret"] == 0:
+            # A custom request waits in prctl() until its hash has taken over.
+            r["new_buckets"] = _now_buckets(ev)
+            _pivoted(r, ev["t"])
+        self.resizes.append(r)
+        p.settle(ev)
+
+    def on_alloc_enter(self, p: _Proc, ev: dict) -> None:
+        p.prctl[("alloc", ev["tid"])] = ev
+
+    def on_alloc_exit(self, p: _Proc, ev: dict) -> None:
+        enter = p.prctl.pop(("alloc", ev["tid"]), None)
+        if enter is None:
+            return
+        custom = bool(enter["arg1"] & FH_CUSTOM)
+        old = _now_buckets(enter)
+        r = _resize(enter["t"], ev, "prctl" if custom else "clone", clone_flags=None,
+                    threads=enter["nr_threads"], online=self.online, requested=enter["arg0"],
+                    custom=custom, result=ev["ret"], inferred=False, old_buckets=old, new_buckets=old)
+        if ev["ret"] == 0:
+            if ev["hash"] != enter["hash"] and not ev["hash_new"]:
+                r["new_buckets"] = _now_buckets(ev)
+                _pivoted(r, ev["t"])
+                p.hash, p.buckets = ev["hash"], r["new_buckets"]
+            elif ev["hash_new"]:
+                r["new_buckets"] = buckets_of(ev["hash_new_mask"], True)
+                p.pending = r
+            # else nothing to do: already this size (new_buckets stays old)
+        self.resizes.append(r)
+
+    def on_pivot(self, p: _Proc, ev: dict) -> None:
+        if ev["ret"] and p.pending is not None:
+            _pivoted(p.pending, ev["t"])
+            p.pending = None
+
+
+def build_timeline(events: list[dict], kernel: dict, infer_prctl: bool = False) -> dict:
+    """Resizes, thread births/exits and hash states, from the events in time order."""
+    tl = _Timeline(events, kernel, infer_prctl)
+    for ev in sorted(events, key=lambda e: e["t"]):
+        tl.feed(ev)
+    return {"resizes": tl.resizes, "threads": tl.threads, "hash_states": tl.states}

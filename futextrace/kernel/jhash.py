@@ -75,15 +75,3 @@ def global_bucket(mm: int, uaddr: int, mask: int, shift: int, nr_node_ids: int) 
     """(node, bucket) of a private futex key in the global hash."""
     h = global_hash(mm, uaddr)
     return (h >> shift) % nr_node_ids, h & mask
-
-
-def roundup_pow_of_two(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def auto_buckets(threads: int, online_cpus: int, global_size: int) -> dict:
-    """futex_hash_allocate_default(): the steps, for explanations."""
-    used = min(threads, online_cpus)
-    raw = roundup_pow_of_two(4 * used)
-    return {"threads": threads, "online_cpus": online_cpus, "min": used, "times4": 4 * used,
-            "pow2": raw, "global_size": global_size, "buckets": max(16, min(raw, global_size))}

@@ -19,7 +19,7 @@ from pathlib import Path
 from futextrace.kernel import topology as topo_mod
 from futextrace.kernel.btf import Btf, BtfError, Digest, TypeSource
 from futextrace.errors import EnvironmentProblem, FileProblem
-from futextrace.kernel.jhash import roundup_pow_of_two
+from futextrace.kernel.sizing import roundup_pow_of_two
 from futextrace.kernel.kallsyms import Kallsyms, Symbol
 
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"

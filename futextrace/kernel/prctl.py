@@ -4,9 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-PR_FUTEX_HASH = 78
-PR_FUTEX_HASH_SET_SLOTS = 1
-PR_FUTEX_HASH_GET_SLOTS = 2
+from futextrace.kernel.constants import PR_FUTEX_HASH, PR_FUTEX_HASH_GET_SLOTS, PR_FUTEX_HASH_SET_SLOTS
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]

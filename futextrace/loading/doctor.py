@@ -19,9 +19,9 @@ from futextrace.kernel import model as kmodel
 from futextrace.kernel import prctl
 from futextrace.errors import EnvironmentProblem
 from futextrace.kernel.headers import ensure_tracefs
+from futextrace.loading import methods
+from futextrace.loading.methods import KPROBE_PMU
 
-KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
-PREFERENCE = ["fentry", "kprobe", "tracepoint", "raw_tracepoint"]
 LABELS = {"fentry": "fentry/fexit", "kprobe": "kprobe/kretprobe",
           "tracepoint": "tracepoint", "raw_tracepoint": "raw tracepoint",
           "tp_btf": "BTF tracepoint"}
@@ -259,14 +259,11 @@ def probe_methods(model: kmodel.KernelModel) -> list[MethodStatus]:
             probe_raw_tracepoint(model), probe_tp_btf(model)]
 
 
-def recommended_method(statuses: list[MethodStatus], model: kmodel.KernelModel) -> str | None:
-    """fentry if it works for the lookup, then kprobe, then the tracepoints (which
-    see only the syscall, so bucket choice is recomputed from the key)."""
-    works = {s.name for s in statuses if s.works}
-    for name in PREFERENCE:
-        if name in works:
-            return name
-    return None
+def recommended_method(statuses: list[MethodStatus]) -> str | None:
+    """What `record --method auto` picks where these statuses hold: one order of
+    preference for both, kept in loading/methods.py (kprobe, then tracepoint).
+    fentry is proven here but never recommended: record has no fentry programs."""
+    return methods.recommended({s.name for s in statuses if s.works})
 
 
 # --- the report ---------------------------------------------------------------
@@ -294,4 +291,4 @@ def run(btf_path: str | None = None) -> dict:
     statuses = probe_methods(model)
     return {"kernel": model.to_dict(), "privileges": caps, "headers": headers_status(),
             "prctl": prctl_status(), "methods": [asdict(s) for s in statuses],
-            "recommended": recommended_method(statuses, model), "_model": model}
+            "recommended": recommended_method(statuses), "_model": model}

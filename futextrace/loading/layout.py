@@ -47,6 +47,16 @@ def enum(name: str) -> dict[str, int]:
     return values
 
 
+@lru_cache(maxsize=None)
+def define(name: str) -> int:
+    """The integer value of `#define <name> <value>` in futextrace.h."""
+    m = re.search(r"^#define\s+%s\s+\(?\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*\)?\s*$" % re.escape(name),
+                  header_text(), flags=re.M)
+    if not m:
+        raise KeyError(f"#define {name} not in futextrace.h")
+    return int(m.group(1), 0)
+
+
 def names(name: str) -> dict[int, str]:
     return {v: k for k, v in enum(name).items()}
 
@@ -54,3 +64,4 @@ def names(name: str) -> dict[int, str]:
 KIND = enum("ft_kind")
 COUNTER = enum("ft_counter")
 EVENT = enum("ft_event_type")
+NODE_LOCAL = define("FT_NODE_LOCAL")   # futex_stat.node: "the node of the CPU it ran on"

@@ -3,7 +3,7 @@
 Pure Python over plain data, so it is unit-tested on recorded dumps. Input
 `raw` (what futextrace.record.recorder collects from the kernel maps):
   counters: {name: [per-CPU values]}
-  futexes:  [{tgid, kind, uaddr, hash_mask, per_cpu: [[lookups, atomic, bucket, node, kbucket]...]}]
+  futexes:  [{tgid, kind, uaddr, hash_mask, per_cpu: [CpuStat or its 5 values, one per CPU]}]
   events:   [{type, t, tgid, tid, cpu, hash, hash_new, hash_mask, hash_new_mask, arg0, arg1,
               ret, nr_threads, custom, new_custom, state, comm}]
 """
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from typing import NamedTuple
 
 from futextrace import __version__
-from futextrace.loading.layout import KIND
 from futextrace.analysis.timeline import build_timeline
+from futextrace.loading.layout import KIND, NODE_LOCAL
 
 SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1
@@ -22,6 +23,22 @@ KIND_NAMES = {v: k.removeprefix("FT_").lower() for k, v in KIND.items()}
 UNKNOWN = 0xFFFFFFFF  # a bucket the kernel did not report (tracepoint method)
 HOTTEST = 10          # hottest buckets listed per hash
 ADDRS_PER_BUCKET = 8  # futex addresses listed per hot bucket
+REF_COUNTERS = ("REF_GET_PERCPU", "REF_GET_ATOMIC", "REF_PUT_PERCPU", "REF_PUT_ATOMIC")
+
+
+class CpuStat(NamedTuple):
+    """One CPU's counts for one futex (struct futex_stat in bpf/futextrace.h)."""
+    lookups: int
+    atomic: int          # lookups while the private hash's reference was atomic
+    bucket: int
+    node: int            # -1: private hash; NODE_LOCAL: the node of the CPU it ran on
+    kernel_bucket: int   # the bucket the kernel returned (kprobe method), else UNKNOWN
+
+
+def _add(mine: CpuStat, other: CpuStat) -> CpuStat:
+    """Counts added; the bucket fields from whichever of the two saw the futex."""
+    where = other[2:] if other.lookups and not mine.lookups else mine[2:]
+    return CpuStat(mine.lookups + other.lookups, mine.atomic + other.atomic, *where)
 
 
 def merge_futexes(entries: list[dict]) -> list[dict]:
@@ -29,26 +46,20 @@ def merge_futexes(entries: list[dict]) -> list[dict]:
     merged: dict[tuple, dict] = {}
     for e in entries:
         key = (e["tgid"], e["kind"], e["uaddr"], e["hash_mask"])
+        stats = [CpuStat(*v) for v in e["per_cpu"]]
         m = merged.get(key)
         if m is None:
-            merged[key] = {**e, "per_cpu": [list(v) for v in e["per_cpu"]]}
-            continue
-        for cpu, v in enumerate(e["per_cpu"]):
-            mv = m["per_cpu"][cpu]
-            if v[0] and not mv[0]:
-                mv[2:] = v[2:]
-            mv[0] += v[0]
-            mv[1] += v[1]
+            merged[key] = {**e, "per_cpu": stats}
+        else:
+            m["per_cpu"] = [_add(mine, other) for mine, other in zip(m["per_cpu"], stats)]
     return list(merged.values())
 
 
-def _stat_of(per_cpu: list[list[int]]) -> tuple[int, int, int, int, int]:
-    """(lookups, atomic, bucket, node, kernel_bucket) summed over CPUs; the
-    bucket fields come from a CPU that saw the futex (the others are zero)."""
-    lookups = sum(v[0] for v in per_cpu)
-    atomic = sum(v[1] for v in per_cpu)
-    first = next((v for v in per_cpu if v[0]), per_cpu[0])
-    return lookups, atomic, first[2], first[3], first[4]
+def total_of(per_cpu: list[CpuStat]) -> CpuStat:
+    """Counts summed over CPUs; the bucket fields come from a CPU that saw the
+    futex (the others are zero)."""
+    seen = next((v for v in per_cpu if v.lookups), per_cpu[0])
+    return CpuStat(sum(v.lookups for v in per_cpu), sum(v.atomic for v in per_cpu), *seen[2:])
 
 
 def _log2_slots(values: list[int]) -> list[dict]:
@@ -112,91 +123,115 @@ def _hash_summary(kind: str, nbuckets: int, futexes: list[dict]) -> dict:
     }
 
 
-def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
-                    started_at: str, comms: dict[int, str] | None = None) -> dict:
-    comms = comms or {}
-    cpu_node = {int(k): v for k, v in kernel.get("cpu_node", {}).items()}
-    gsize = kernel.get("global_hash", {}).get("buckets_per_node", 0)
-    nodes = kernel.get("nodes") or [0]
-    counters = {k: sum(v) for k, v in raw["counters"].items()}
-    per_cpu_counters = raw["counters"]
-
+def _futex_rows(entries: list[dict], cpu_node: dict[int, int]) -> tuple[list[dict], dict]:
+    """One row per futex with lookups (CPUs summed), and the per-CPU lookup totals."""
     futexes = []
     per_cpu = defaultdict(lambda: {"lookups": 0, "private": 0, "global": 0, "atomic": 0})
-    for e in merge_futexes(raw["futexes"]):
-        lookups, atomic, bucket, node, kbucket = _stat_of(e["per_cpu"])
-        if not lookups:
+    for e in merge_futexes(entries):
+        st = total_of(e["per_cpu"])
+        if not st.lookups:
             continue
         kind = KIND_NAMES.get(e["kind"], str(e["kind"]))
-        if node == -2:   # FT_NODE_LOCAL: the node of the CPU that ran it
-            cpu = next(i for i, v in enumerate(e["per_cpu"]) if v[0])
+        node = st.node
+        if node == NODE_LOCAL:   # the node of the CPU that ran it
+            cpu = next(i for i, v in enumerate(e["per_cpu"]) if v.lookups)
             node = cpu_node.get(cpu, 0)
         futexes.append({"tgid": e["tgid"], "kind": kind, "uaddr": e["uaddr"],
-                        "hash_mask": e["hash_mask"], "lookups": lookups, "atomic": atomic,
-                        "bucket": bucket, "node": node, "kernel_bucket": kbucket})
+                        "hash_mask": e["hash_mask"], "lookups": st.lookups, "atomic": st.atomic,
+                        "bucket": st.bucket, "node": node, "kernel_bucket": st.kernel_bucket})
         for cpu, v in enumerate(e["per_cpu"]):
-            if v[0]:
+            if v.lookups:
                 pc = per_cpu[cpu]
-                pc["lookups"] += v[0]
-                pc["atomic"] += v[1]
-                pc["private" if kind == "private" else "global"] += v[0]
+                pc["lookups"] += v.lookups
+                pc["atomic"] += v.atomic
+                pc["private" if kind == "private" else "global"] += v.lookups
+    return futexes, per_cpu
 
-    processes = []
+
+def _lookups(futexes: list[dict]) -> int:
+    return sum(f["lookups"] for f in futexes)
+
+
+def _process_hashes(fs: list[dict], global_buckets: int) -> list[dict]:
+    """One summary per hash a process used, busiest first."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for f in fs:
+        groups[(f["kind"], f["hash_mask"])].append(f)
+    hashes = []
+    for (kind, mask), group in sorted(groups.items(), key=lambda kv: -_lookups(kv[1])):
+        if kind == "private":
+            hashes.append(_hash_summary("private", mask + 1, group))
+        elif kind == "global_shared":
+            hashes.append({"kind": "global_shared", "buckets": global_buckets,
+                           "lookups": _lookups(group), "distinct_futexes": len(group),
+                           "note": "shared futexes: bucket not computable from a tracepoint"})
+        else:
+            hashes.append(_hash_summary(kind, global_buckets, group))
+    return hashes
+
+
+def _processes(futexes: list[dict], comms: dict[int, str], global_buckets: int) -> list[dict]:
     by_tgid: dict[int, list[dict]] = defaultdict(list)
     for f in futexes:
         by_tgid[f["tgid"]].append(f)
-    for tgid, fs in sorted(by_tgid.items(), key=lambda kv: -sum(f["lookups"] for f in kv[1])):
-        hashes = []
-        groups: dict[tuple, list[dict]] = defaultdict(list)
-        for f in fs:
-            groups[(f["kind"], f["hash_mask"])].append(f)
-        for (kind, mask), group in sorted(groups.items(), key=lambda kv: -sum(f["lookups"] for f in kv[1])):
-            if kind == "private":
-                hashes.append(_hash_summary("private", mask + 1, group))
-            elif kind == "global_shared":
-                hashes.append({"kind": "global_shared", "buckets": gsize * len(nodes),
-                               "lookups": sum(f["lookups"] for f in group),
-                               "distinct_futexes": len(group),
-                               "note": "shared futexes: bucket not computable from a tracepoint"})
-            else:
-                hashes.append(_hash_summary(kind, gsize * len(nodes), group))
-        processes.append({"pid": tgid, "comm": comms.get(tgid, ""),
-                          "lookups": sum(f["lookups"] for f in fs), "hashes": hashes})
+    return [{"pid": tgid, "comm": comms.get(tgid, ""), "lookups": _lookups(fs),
+             "hashes": _process_hashes(fs, global_buckets)}
+            for tgid, fs in sorted(by_tgid.items(), key=lambda kv: -_lookups(kv[1]))]
 
-    cpus = sorted(set(per_cpu) | set(cpu_node))
-    per_cpu_rows = []
-    for cpu in cpus:
+
+def _per_cpu_rows(per_cpu: dict, cpu_node: dict[int, int], counters: dict[str, list[int]]) -> list[dict]:
+    rows = []
+    for cpu in sorted(set(per_cpu) | set(cpu_node)):
         row = {"cpu": cpu, "node": cpu_node.get(cpu, 0), **per_cpu[cpu]}
-        for name in ("REF_GET_PERCPU", "REF_GET_ATOMIC", "REF_PUT_PERCPU", "REF_PUT_ATOMIC"):
-            vals = per_cpu_counters.get(name, [])
+        for name in REF_COUNTERS:
+            vals = counters.get(name, [])
             row[name.lower()] = vals[cpu] if cpu < len(vals) else 0
-        per_cpu_rows.append(row)
-    per_node = []
+        rows.append(row)
+    return rows
+
+
+def _per_node_rows(per_cpu_rows: list[dict]) -> list[dict]:
+    out = []
     for node in sorted({r["node"] for r in per_cpu_rows}):
         rows = [r for r in per_cpu_rows if r["node"] == node]
-        per_node.append({"node": node, "cpus": [r["cpu"] for r in rows],
-                         **{k: sum(r[k] for r in rows) for k in ("lookups", "private", "global", "atomic")}})
+        out.append({"node": node, "cpus": [r["cpu"] for r in rows],
+                    **{k: sum(r[k] for r in rows) for k in ("lookups", "private", "global", "atomic")}})
+    return out
 
+
+def _totals(counters: dict[str, int], raw: dict, duration_s: float) -> dict:
     total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0)
-    refcount = _refcount(counters, method, futexes)
+    return {
+        "lookups": total,
+        "lookups_per_s": total / duration_s if duration_s else 0.0,
+        "private": counters.get("PRIVATE", 0), "global": counters.get("GLOBAL", 0),
+        "unattributed": counters.get("UNATTRIBUTED", 0),
+        "lost_events": counters.get("LOST_EVENTS", 0),
+        "read_faults": counters.get("READ_FAULTS", 0),
+        "kernel_mismatch": counters.get("KERNEL_MISMATCH", 0),
+        "missed_runs": raw.get("missed_runs", 0),
+    }
+
+
+def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
+                    started_at: str, comms: dict[int, str] | None = None) -> dict:
+    """The recording (docs/json-schema.md) from a raw dump and the kernel model."""
+    cpu_node = {int(k): v for k, v in kernel.get("cpu_node", {}).items()}
+    global_buckets = kernel.get("global_hash", {}).get("buckets_per_node", 0) * len(kernel.get("nodes") or [0])
+    counters = {k: sum(v) for k, v in raw["counters"].items()}
+    futexes, per_cpu = _futex_rows(raw["futexes"], cpu_node)
+    per_cpu_rows = _per_cpu_rows(per_cpu, cpu_node, raw["counters"])
     timeline = build_timeline(raw.get("events", []), kernel,
                               infer_prctl=method.get("prctl_results") == "inferred")
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,
-        "totals": {
-            "lookups": total,
-            "lookups_per_s": total / duration_s if duration_s else 0.0,
-            "private": counters.get("PRIVATE", 0), "global": counters.get("GLOBAL", 0),
-            "unattributed": counters.get("UNATTRIBUTED", 0),
-            "lost_events": counters.get("LOST_EVENTS", 0),
-            "read_faults": counters.get("READ_FAULTS", 0),
-            "kernel_mismatch": counters.get("KERNEL_MISMATCH", 0),
-            "missed_runs": raw.get("missed_runs", 0),
-        },
-        "processes": processes, "per_cpu": per_cpu_rows, "per_node": per_node,
-        "refcount": refcount, "resizes": timeline["resizes"], "threads": timeline["threads"],
-        "hash_states": timeline["hash_states"], "intervals": raw.get("intervals", []),
+        "totals": _totals(counters, raw, duration_s),
+        "processes": _processes(futexes, comms or {}, global_buckets),
+        "per_cpu": per_cpu_rows, "per_node": _per_node_rows(per_cpu_rows),
+        "refcount": _refcount(counters, method, futexes), "resizes": timeline["resizes"],
+        "threads": timeline["threads"], "hash_states": timeline["hash_states"],
+        "intervals": raw.get("intervals", []),
     }
 
 

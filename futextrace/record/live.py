@@ -7,9 +7,11 @@ data, unit-tested on recorded snapshots.
 """
 from __future__ import annotations
 
+import json
+import sys
 import time
 
-from futextrace.record.aggregate import KIND_NAMES, _stat_of, merge_futexes
+from futextrace.record.aggregate import KIND_NAMES, total_of, merge_futexes
 
 TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
@@ -19,8 +21,8 @@ def snapshot(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
     """(tgid, kind, uaddr, hash_mask) -> (cumulative lookups, bucket)."""
     out = {}
     for f in merge_futexes(futexes):
-        lookups, _, bucket, _, _ = _stat_of(f["per_cpu"])
-        out[(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"])] = (lookups, bucket)
+        st = total_of(f["per_cpu"])
+        out[(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"])] = (st.lookups, st.bucket)
     return out
 
 
@@ -79,3 +81,50 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
         if len(procs) > TOP:
             lines.append(f"  ... {len(procs) - TOP} more processes")
     return lines
+
+
+class IntervalReporter:
+    """One row per `record -i` interval from the cumulative counts: printed
+    (redrawn in place on a terminal), kept, and written as a JSON line."""
+
+    def __init__(self, out=None, jsonl=None, timestamps: bool = False):
+        self.out, self.jsonl, self.timestamps = out, jsonl, timestamps
+        self.rows: list[dict] = []
+        self._totals: dict[str, int] = {}
+        self._snapshot: dict = {}
+        self._elapsed = 0.0
+        self._missed = 0
+
+    def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
+            missed_runs: int, resize_events: int, comm_of, comms: dict[int, str]) -> dict:
+        """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_of)."""
+        c = {k: sum(v) for k, v in counters.items()}
+        prev = self._totals or {k: 0 for k in c}
+        delta = {k: c[k] - prev.get(k, 0) for k in c}
+        self._totals = c
+        # Rates over the time that really passed: a slow poll stretches an interval.
+        span = round(elapsed - self._elapsed, 6)
+        self._elapsed = elapsed
+        missed, self._missed = missed_runs - self._missed, missed_runs
+        row = {"t": round(elapsed, 3), "interval_s": span,
+               "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
+               "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
+               "lost_events": delta["LOST_EVENTS"], "missed_runs": missed,
+               "resize_events": resize_events}
+        snap = snapshot(futexes)
+        for pid in {k[0] for k in snap} - set(comms):
+            comms[pid] = comm_of(pid)
+        row["processes"] = processes(self._snapshot, snap, span, comms)
+        self._snapshot = snap
+        self.rows.append(row)
+        return row
+
+    def show(self, row: dict) -> None:
+        out = self.out or sys.stdout
+        text = "\n".join(render(row, row["processes"], self.timestamps))
+        if out.isatty():
+            text = CLEAR + text   # redraw in place, like top
+        print(text, file=out, flush=True)
+        if self.jsonl:
+            self.jsonl.write(json.dumps(row) + "\n")
+            self.jsonl.flush()

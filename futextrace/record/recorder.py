@@ -7,22 +7,20 @@ is SIGKILLed (BCC holds them only through file descriptors and perf links).
 """
 from __future__ import annotations
 
-import ctypes as ct
 import datetime as dt
-import json
-import mmap
-import os
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 
+from futextrace.errors import EnvironmentProblem, KernelRefused, UsageError
 from futextrace.kernel import model as kmodel
-from futextrace.record import targets
-from futextrace.record.aggregate import build_recording
-from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
-from futextrace.loading.layout import COUNTER, EVENT, KIND
+from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
+from futextrace.loading.maps import MapReader
+from futextrace.loading.methods import choose_method
+from futextrace.record import targets
+from futextrace.record.aggregate import KIND_NAMES, build_recording
+from futextrace.record.live import IntervalReporter
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -49,36 +47,6 @@ class RecordOptions:
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
 
 
-def kprobe_precondition(model) -> str | None:
-    """Why the kprobe method cannot work here, or None. Cheap checks only:
-    loading the real programs is the proof (see Recorder.start)."""
-    from futextrace.loading.doctor import KPROBE_PMU
-    if not KPROBE_PMU.is_dir():
-        return f"kernel built without CONFIG_KPROBES (no {KPROBE_PMU})"
-    if not model.probeable("futex_hash"):
-        return "futex_hash has no symbol (inlined): nothing to probe"
-    return None
-
-
-def choose_method(model, requested: str) -> tuple[str, str]:
-    """(method, why). `auto` prefers kprobes (they see the kernel's own bucket
-    and refcount calls) and falls back to the tracepoint method. fentry is
-    served by the kprobe programs: futex_hash may return a struct by value,
-    which fexit cannot attach to. `futextrace doctor` shows the full proof."""
-    if requested == "tracepoint":
-        return "tracepoint", "asked for with --method"
-    if requested in ("kprobe", "fentry"):
-        why = kprobe_precondition(model)
-        if why:
-            raise EnvironmentProblem(f"method {requested} is not available here: {why} "
-                                     "(run `futextrace doctor`, or use --method auto)")
-        return "kprobe", "asked for with --method" + (" (fentry served by kprobes)" if requested == "fentry" else "")
-    why = kprobe_precondition(model)
-    if why:
-        return "tracepoint", f"kprobes not usable: {why}"
-    return "kprobe", "kprobes available: they see the kernel's own bucket and refcount calls"
-
-
 class Recorder:
     def __init__(self, opts: RecordOptions, model=None):
         if opts.duration is not None and opts.duration <= 0:
@@ -94,16 +62,13 @@ class Recorder:
         self.filters = Filters(pids=list(opts.pids), tids=list(opts.tids), comms=list(opts.comms),
                                cgroup_ids=[targets.cgroup_id(c) for c in opts.cgroups])
         self.program: Program | None = None
+        self.maps: MapReader | None = None
         self.events: list[dict] = []
-        self.intervals: list[dict] = []
+        self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
+        self.intervals: list[dict] = self.live.rows
         self.t0_ns = 0
         self.comms: dict[int, str] = {}
         self._stop = False
-        self._last_totals = {}
-        self._last_snapshot: dict = {}
-        self._last_elapsed = 0.0
-        self._last_missed = 0
-        self._cache_map = None
         self._thread_events = 0
         self.thread_events_dropped = 0
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
@@ -119,8 +84,8 @@ class Recorder:
             self.method, self.why = "tracepoint", f"the kprobe method failed to load ({e})"
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
                                    exact_prctl=self.opts.exact_prctl)
-        b = self.program.bpf
-        b["events"].open_ring_buffer(self._on_event)
+        self.maps = MapReader(self.program)
+        self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.t0_ns = time.monotonic_ns()
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -128,30 +93,13 @@ class Recorder:
         self._stop = True
 
     def missed_runs(self) -> int:
-        """Hits the kernel dropped on our probes, shown and never silent: a run
-        of our program skipped because one was already running on that CPU
-        (Program.missed_runs), or a kprobe the kernel itself missed
-        (kprobe_profile, when BCC created the probe through tracefs)."""
-        missed = self.program.missed_runs()
-        if self.method != "kprobe":
-            return missed
-        tag = f"_bcc_{os.getpid()}"
-        for base in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
-            try:
-                with open(f"{base}/kprobe_profile") as f:
-                    for line in f:
-                        parts = line.split()
-                        if len(parts) >= 3 and parts[0].endswith(tag):
-                            missed += int(parts[2])
-                break
-            except OSError:
-                continue
-        return missed
+        """Runs of our probes the kernel skipped (see MapReader.missed_runs)."""
+        return self.maps.missed_runs(kprobes=self.method == "kprobe")
 
     def close(self):
-        if self._cache_map is not None:
-            self._cache_map.close()
-            self._cache_map = None
+        if self.maps is not None:
+            self.maps.close()
+            self.maps = None
         if self.program is not None:
             self.program.close()
             self.program = None
@@ -206,93 +154,17 @@ class Recorder:
                 signal.signal(s, h)
 
     def counters(self, futexes: list[dict]) -> dict[str, list[int]]:
-        """Per-CPU counters. The BPF side counts in PRIVATE and GLOBAL only the
-        lookups no map could hold (the hot path does not touch a counter); the
-        lookups of every stored futex are added here, so both count all."""
-        table = self.program.bpf["counters"]
-        out = {}
-        for name, idx in COUNTER.items():
-            if name == "FTC_NR":
-                continue
-            out[name.removeprefix("FTC_")] = list(table[ct.c_int(idx)])
-        for f in futexes:
-            col = out["PRIVATE" if f["kind"] == KIND["FT_PRIVATE"] else "GLOBAL"]
-            for cpu, v in enumerate(f["per_cpu"][:len(col)]):
-                col[cpu] += v[0]
-        return out
-
-    def _interval_report(self, elapsed: float):
-        from futextrace.record import live
-        futexes = self.dump_futexes()
-        c = {k: sum(v) for k, v in self.counters(futexes).items()}
-        prev = self._last_totals or {k: 0 for k in c}
-        delta = {k: c[k] - prev.get(k, 0) for k in c}
-        self._last_totals = c
-        # Rates over the time that really passed: a slow poll stretches an interval.
-        span = round(elapsed - self._last_elapsed, 6)
-        self._last_elapsed = elapsed
-        row = {"t": round(elapsed, 3), "interval_s": span,
-               "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
-               "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
-               "lost_events": delta["LOST_EVENTS"],
-               "missed_runs": self._missed_delta(),
-               "resize_events": sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])}
-        snap = live.snapshot(futexes)
-        for pid in {k[0] for k in snap} - set(self.comms):
-            self.comms[pid] = targets.comm_of(pid)
-        row["processes"] = live.processes(self._last_snapshot, snap, span, self.comms)
-        self._last_snapshot = snap
-        self.intervals.append(row)
-        out = self.opts.live_out or sys.stdout
-        text = "\n".join(live.render(row, row["processes"], self.opts.timestamps))
-        if out.isatty():
-            text = live.CLEAR + text   # redraw in place, like top
-        print(text, file=out, flush=True)
-        if self.opts.jsonl:
-            self.opts.jsonl.write(json.dumps(row) + "\n")
-            self.opts.jsonl.flush()
-
-    def _missed_delta(self) -> int:
-        missed = self.missed_runs()
-        delta, self._last_missed = missed - self._last_missed, missed
-        return delta
-
-    def _cache_items(self):
-        """(index, slot) of every used slot of the lookup cache, read through
-        its memory mapping: one pass over the lookup counts, no syscalls."""
-        table = self.program.bpf["fcache"]
-        if self._cache_map is None:
-            size = ct.sizeof(table.Leaf) * table.max_entries
-            self._cache_map = mmap.mmap(table.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        buf = self._cache_map
-        leaf = table.Leaf
-        # The u64 `st.lookups` of each slot, located through BCC's ctypes view of futextrace.h.
-        at = leaf.st.offset + dict(leaf._fields_)["st"].lookups.offset
-        words = ct.sizeof(leaf) // 8
-        lookups = memoryview(buf).cast("Q")[at // 8::words]
-        used = [i for i, n in enumerate(lookups) if n]
-        lookups.release()
-        return [(i, leaf.from_buffer_copy(buf, i * words * 8)) for i in used]
+        return self.maps.counters(futexes)
 
     def dump_futexes(self) -> list[dict]:
-        """Per-futex counts from the map and the per-CPU cache in front of it
-        (the same futex can be in both: aggregate.merge_futexes adds them)."""
-        b = self.program.bpf
-        futexes = []
+        return self.maps.futexes()
 
-        def add(k, per_cpu_vals):
-            futexes.append({"tgid": k.tgid, "kind": k.kind, "uaddr": k.uaddr, "hash_mask": k.hash_mask,
-                            "per_cpu": [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket]
-                                        for v in per_cpu_vals]})
-        for k, vals in b["futexes"].items():
-            add(k, vals)
-        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
-        for idx, s in self._cache_items():
-            if s.st.lookups:
-                per_cpu = [type(s.st)()] * ncpus
-                per_cpu[idx // nslots] = s.st
-                add(s.key, per_cpu)
-        return futexes
+    def _interval_report(self, elapsed: float):
+        futexes = self.dump_futexes()
+        resize_events = sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])
+        row = self.live.row(elapsed, futexes, self.counters(futexes), self.missed_runs(),
+                            resize_events, targets.comm_of, self.comms)
+        self.live.show(row)
 
     def dump(self) -> dict:
         """Everything the kernel side holds, as plain data (see aggregate.py)."""
@@ -300,29 +172,35 @@ class Recorder:
         return {"counters": self.counters(futexes), "futexes": futexes, "events": self.events,
                 "intervals": self.intervals, "missed_runs": self.missed_runs()}
 
+    def _kernel_facts(self) -> dict:
+        """The recording's `kernel` section: what the model learned."""
+        topo, g = self.model.topology, self.model.global_hash
+        return {"release": self.model.release, "online_cpus": topo.online_cpus,
+                "cpu_node": {str(k): v for k, v in topo.cpu_node.items()}, "nodes": topo.nodes,
+                "global_hash": {"buckets_per_node": g.buckets_per_node, "shift": g.shift,
+                                "nodes": g.nodes, "source": g.source},
+                "clone_rule": self.model.clone_rule, "hash_returns": self.model.hash_returns,
+                "mm_layout": self.model.mm_layout}
+
+    def _method_facts(self) -> dict:
+        """The recording's `method` section: what was attached, why, and its blind spots."""
+        inferred = self.method == "tracepoint" and not self.program.exact_prctl
+        probes = self.program.probes
+        return {"name": self.method, "why": self.why,
+                "blind_spots": BLIND_SPOTS[self.method] + ([PRCTL_INFERRED] if inferred else []),
+                "prctl_results": "inferred" if inferred else "exit",
+                "probes": probes,
+                "probes_fallback": self.program.fallback_reason,
+                "refcount_probes": [p for p in probes
+                                    if p.startswith("k") and ("private_hash" in p or "hash_put" in p
+                                                              or p.endswith(":futex_hash"))]}
+
     def recording(self, duration: float) -> dict:
         raw = self.dump()
         if self.opts.hash_kind != "all":
             keep = ("private",) if self.opts.hash_kind == "private" else ("global", "global_shared", "global_numa")
-            from futextrace.record.aggregate import KIND_NAMES
             raw["futexes"] = [f for f in raw["futexes"] if KIND_NAMES.get(f["kind"]) in keep]
-        topo = self.model.topology
-        g = self.model.global_hash
-        kernel = {"release": self.model.release, "online_cpus": topo.online_cpus,
-                  "cpu_node": {str(k): v for k, v in topo.cpu_node.items()}, "nodes": topo.nodes,
-                  "global_hash": {"buckets_per_node": g.buckets_per_node, "shift": g.shift,
-                                  "nodes": g.nodes, "source": g.source},
-                  "clone_rule": self.model.clone_rule, "hash_returns": self.model.hash_returns,
-                  "mm_layout": self.model.mm_layout}
-        inferred = self.method == "tracepoint" and not self.program.exact_prctl
-        method = {"name": self.method, "why": self.why,
-                  "blind_spots": BLIND_SPOTS[self.method] + ([PRCTL_INFERRED] if inferred else []),
-                  "prctl_results": "inferred" if inferred else "exit",
-                  "probes": self.program.probes,
-                  "probes_fallback": self.program.fallback_reason,
-                  "refcount_probes": [p for p in self.program.probes
-                                      if p.startswith("k") and ("private_hash" in p or "hash_put" in p
-                                                                or p.endswith(":futex_hash"))]}
+        kernel, method = self._kernel_facts(), self._method_facts()
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
             self.comms.setdefault(pid, targets.comm_of(pid))
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)

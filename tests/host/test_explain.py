@@ -15,7 +15,7 @@ import time
 import pytest
 
 from futextrace.kernel import model as kmodel
-from futextrace.kernel.jhash import auto_buckets
+from futextrace.kernel.sizing import auto_buckets
 from futextrace.workload.build import workload_path
 
 pytestmark = pytest.mark.root

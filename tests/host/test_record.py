@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 
 from futextrace.kernel import model as kmodel
-from futextrace.kernel.jhash import auto_buckets, private_bucket
+from futextrace.kernel.jhash import private_bucket
+from futextrace.kernel.sizing import auto_buckets
 from futextrace.workload.build import workload_path
 
 pytestmark = pytest.mark.root

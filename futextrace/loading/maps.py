@@ -1,0 +1,101 @@
+"""Reading a loaded Program's maps (and what the kernel counts about it) as
+plain data: the per-CPU counters, every futex of the `futexes` map and of the
+per-CPU cache in front of it, and probe runs the kernel skipped.
+
+The layouts come from BCC's ctypes view of bpf/futextrace.h; the plain data is
+what record/aggregate.py documents and turns into a recording.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import mmap
+import os
+
+from futextrace.loading.layout import COUNTER, KIND
+
+TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
+class MapReader:
+    """Reads one loaded Program's maps; close() drops the cache's memory mapping."""
+
+    def __init__(self, program):
+        self.program = program
+        self._cache_map: mmap.mmap | None = None
+
+    def close(self) -> None:
+        if self._cache_map is not None:
+            self._cache_map.close()
+            self._cache_map = None
+
+    def counters(self, futexes: list[dict]) -> dict[str, list[int]]:
+        """Per-CPU counters. The BPF side counts in PRIVATE and GLOBAL only the
+        lookups no map could hold (the hot path does not touch a counter); the
+        lookups of every stored futex are added here, so both count all."""
+        table = self.program.bpf["counters"]
+        out = {}
+        for name, idx in COUNTER.items():
+            if name == "FTC_NR":
+                continue
+            out[name.removeprefix("FTC_")] = list(table[ct.c_int(idx)])
+        for f in futexes:
+            col = out["PRIVATE" if f["kind"] == KIND["FT_PRIVATE"] else "GLOBAL"]
+            for cpu, v in enumerate(f["per_cpu"][:len(col)]):
+                col[cpu] += v[0]   # lookups (aggregate.CpuStat)
+        return out
+
+    def _cache_items(self):
+        """(index, slot) of every used slot of the lookup cache, read through
+        its memory mapping: one pass over the lookup counts, no syscalls."""
+        table = self.program.bpf["fcache"]
+        if self._cache_map is None:
+            size = ct.sizeof(table.Leaf) * table.max_entries
+            self._cache_map = mmap.mmap(table.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        buf = self._cache_map
+        leaf = table.Leaf
+        # The u64 `st.lookups` of each slot, located through BCC's ctypes view of futextrace.h.
+        at = leaf.st.offset + dict(leaf._fields_)["st"].lookups.offset
+        words = ct.sizeof(leaf) // 8
+        lookups = memoryview(buf).cast("Q")[at // 8::words]
+        used = [i for i, n in enumerate(lookups) if n]
+        lookups.release()
+        return [(i, leaf.from_buffer_copy(buf, i * words * 8)) for i in used]
+
+    def futexes(self) -> list[dict]:
+        """Per-futex counts from the map and the per-CPU cache in front of it
+        (the same futex can be in both: aggregate.merge_futexes adds them)."""
+        futexes = []
+
+        def add(k, per_cpu_vals):
+            futexes.append({"tgid": k.tgid, "kind": k.kind, "uaddr": k.uaddr, "hash_mask": k.hash_mask,
+                            "per_cpu": [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket]
+                                        for v in per_cpu_vals]})
+        for k, vals in self.program.bpf["futexes"].items():
+            add(k, vals)
+        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
+        for idx, s in self._cache_items():
+            if s.st.lookups:
+                per_cpu = [type(s.st)()] * ncpus
+                per_cpu[idx // nslots] = s.st
+                add(s.key, per_cpu)
+        return futexes
+
+    def missed_runs(self, kprobes: bool) -> int:
+        """Hits the kernel dropped on our probes, shown and never silent: a run
+        of our program skipped because one was already running on that CPU
+        (Program.missed_runs), or a kprobe the kernel itself missed
+        (kprobe_profile, when BCC created the probe through tracefs)."""
+        missed = self.program.missed_runs()
+        return missed + (_kprobe_profile_misses(f"_bcc_{os.getpid()}") if kprobes else 0)
+
+
+def _kprobe_profile_misses(tag: str) -> int:
+    """Misses of this process's BCC kprobes (event names ending in `tag`)."""
+    for base in TRACEFS:
+        try:
+            with open(f"{base}/kprobe_profile") as f:
+                return sum(int(parts[2]) for parts in map(str.split, f)
+                           if len(parts) >= 3 and parts[0].endswith(tag))
+        except OSError:
+            continue
+    return 0
