@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "vm"))   # vmkernels: the VM harness's private apt
 from vmkernels import debian_mirror  # noqa: E402  (the system apt mirror, read at run time)
-from futextrace.kernel.btf import Btf, digest, elf_section  # noqa: E402
+from btf_digest import digest  # noqa: E402  (scripts/btf_digest.py, beside this file)
+from futextrace.kernel.btf import Btf, elf_section  # noqa: E402
 
 ROOT_CACHE = Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace"))
 CACHE = ROOT_CACHE / "btf"          # ours; kernels/ belongs to the VM harness

@@ -9,7 +9,6 @@ need_futex_hash_allocate_default().
 from __future__ import annotations
 
 import errno
-import math
 
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 from futextrace.kernel.sizing import auto_buckets, roundup_pow_of_two, threads_before_clone

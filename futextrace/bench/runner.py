@@ -1,12 +1,11 @@
 """Run the futex-hash workload (built-in or perf) and normalise its result.
 
-`run()` is the one entry point for `bench` and `sweep`. Tracing is delegated to
-futextrace.record.recorder (written separately); `trace_command()` is the only place that
-knows about it, so finishing the integration touches one function.
+`run()` is the one entry point for `bench` and `sweep`. A traced run goes
+through futextrace.record.recorder.record_command (`trace_command()`).
 """
 from __future__ import annotations
 
-import importlib
+import errno
 import json
 import os
 import re
@@ -16,10 +15,10 @@ from dataclasses import asdict, dataclass
 
 from futextrace.bench import perfbench
 from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
+from futextrace.kernel import errnos
 
 AUTO, GLOBAL = -1, 0
 MAX_BUCKETS = 1 << 31   # SET_SLOTS takes an unsigned int; bigger values would be truncated
-_ERRNO_NAMES = {22: "EINVAL", 16: "EBUSY", 12: "ENOMEM"}
 
 
 @dataclass
@@ -111,9 +110,9 @@ def parse_builtin(rc: int, out: str, err: str) -> dict:
         m = re.search(r"SET_SLOTS (-?\d+) failed: errno=(\d+)", err_line)
         if m:
             n, e = int(m[1]), int(m[2])
-            hint = {22: "not a power of two >= 2", 12: "too many buckets for kernel memory",
-                    16: "the process already switched to the global hash"}.get(e, "")
-            raise KernelRefused(f"the kernel refused {n} hash buckets: -{_ERRNO_NAMES.get(e, e)}"
+            hint = {errno.EINVAL: "not a power of two >= 2", errno.ENOMEM: "too many buckets for kernel memory",
+                    errno.EBUSY: "the process already switched to the global hash"}.get(e, "")
+            raise KernelRefused(f"the kernel refused {n} hash buckets: -{errnos.name(e)}"
                                 + (f" ({hint})" if hint else ""))
         raise KernelRefused(f"workload: {err_line}")
     if rc == 2:
@@ -158,12 +157,10 @@ def run(o: WorkloadOptions, runner: str = "builtin", trace: bool = False,
     """Run once. Returns {"options", "result", "recording" (or None), "notes" [str]}."""
     o.validate()
     argv = builtin_argv(o) if runner == "builtin" else perf_argv(o)
-    notes: list[str] = []
+    notes: list[str] = []   # the schema's place for remarks about the run; none today
     recording = None
     if trace:
-        rc, out, err, recording, note = trace_command(argv, record_options or {})
-        if note:
-            notes.append(note)
+        rc, out, err, recording = trace_command(argv, record_options or {})
     else:
         rc, out, err = _run_plain(argv)
     result = parse_builtin(rc, out, err) if runner == "builtin" else parse_perf(rc, out, err, o)
@@ -178,25 +175,15 @@ def _run_plain(argv: list[str]) -> tuple[int, str, str]:
     return res.returncode, res.stdout, res.stderr
 
 
-def trace_command(argv: list[str], options: dict) -> tuple[int, str, str, dict | None, str | None]:
-    """Run argv under futextrace.record.recorder.record_command; fall back to untraced.
-
-    Integration point with the recorder: record_command(argv, options) starts the
-    command, traces it to the end and returns a recording (docs/design.md). The
-    command is wrapped in `sh -c 'exec ... >out 2>err'` so its own output reaches
-    us whatever the recorder does with stdio; `exec` keeps the traced PID.
-    Returns (returncode, stdout, stderr, recording, note)."""
-    try:
-        record = importlib.import_module("futextrace.record.recorder")
-        record_command = record.record_command
-    except (ModuleNotFoundError, AttributeError) as e:
-        if isinstance(e, ModuleNotFoundError) and e.name != "futextrace.record.recorder":
-            raise   # record.py exists but is broken: let that show
-        rc, out, err = _run_plain(argv)
-        return rc, out, err, None, "tracing not available yet (futextrace.record.recorder.record_command " \
-                                   "missing): ran untraced"
+def trace_command(argv: list[str], options) -> tuple[int, str, str, dict]:
+    """Run argv under record_command: it starts the command, traces it to the
+    end and returns a recording. The command is wrapped in
+    `sh -c 'exec ... >out 2>err'` so its own output reaches us whatever the
+    recorder does with stdio; `exec` keeps the traced PID.
+    Returns (returncode, stdout, stderr, recording)."""
+    from futextrace.record.recorder import RecordOptions, record_command
     # A fresh RecordOptions per run: record_command adds the child's PID to it.
-    opts = record.RecordOptions(**options) if isinstance(options, dict) else options
+    opts = RecordOptions(**options) if isinstance(options, dict) else options
     with tempfile.TemporaryDirectory(prefix="futextrace-bench-") as tmp:
         out_f, err_f = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         wrapped = ["/bin/sh", "-c", 'o=$1 e=$2; shift 2; exec "$@" >"$o" 2>"$e"', "sh",
@@ -204,16 +191,9 @@ def trace_command(argv: list[str], options: dict) -> tuple[int, str, str, dict |
         recording = record_command(wrapped, opts)
         out = _read(out_f)
         err = _read(err_f)
-    rc = (recording.get("command") or {}).get("exit_status")
-    if rc is None:   # older recorder without the command's status: infer it
-        rc = 0 if out.strip() and "error" not in err else _guess_rc(err)
-    return rc, out, err, recording, None
-
-
-def _guess_rc(err: str) -> int:
-    if "SET_SLOTS" in err or "hash buckets failed" in err:
-        return 3
-    return 1 if err.strip() else 0
+    # Always set: record_command reaps the command, or kills it (-9) when tracing stops first.
+    rc = recording["command"]["exit_status"]
+    return rc, out, err, recording
 
 
 def _read(path: str) -> str:
@@ -224,12 +204,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def render_recording(recording: dict) -> str | None:
-    """Text of futextrace.output.render.render_text, or None while that module is missing."""
-    try:
-        render_text = importlib.import_module("futextrace.output.render").render_text
-    except (ModuleNotFoundError, AttributeError) as e:
-        if isinstance(e, ModuleNotFoundError) and e.name != "futextrace.output.render":
-            raise
-        return None
+def render_recording(recording: dict) -> str:
+    """The text summary of a run's recording (futextrace.output.render)."""
+    from futextrace.output.render import render_text
     return render_text(recording)

@@ -98,7 +98,6 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_f
         click.echo(format_result(doc["result"]))
         if doc["recording"] is not None:
             click.echo(cross_check(doc["result"], doc["recording"]))
-            text = bench.render_recording(doc["recording"])
-            click.echo("\n" + (text or "note: futextrace.output.render missing; see --json output"))
+            click.echo("\n" + bench.render_recording(doc["recording"]))
     if json_file:
         write_json(json_file, {"schema": "futextrace-bench", "schema_version": 1, **doc})

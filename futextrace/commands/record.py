@@ -1,11 +1,9 @@
 """`futextrace record`: trace the futex hash of a command or of running processes."""
 from __future__ import annotations
 
-import json
-
 import click
 
-from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
+from futextrace.errors import EXIT_CODES_HELP, TargetError
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b

@@ -1,7 +1,8 @@
 """What the running kernel's futex hash looks like, learned from BTF and kallsyms.
 
-Nothing is keyed on `uname -r`: stable kernels mix layouts (see
-shared/reference/futex-kernel-facts.md §8), so every fact comes from BTF, kallsyms,
+Nothing is keyed on `uname -r`: stable kernels mix layouts (a backport can carry
+7.1's mm->futex.phash into a 6.18 release; tests/data/btf holds five such
+layouts), so every fact comes from BTF, kallsyms,
 /sys and, for `clone_rule`, from watching a real clone.
 
 `load(btf_path)` also accepts a JSON digest (tests/data/btf/*.json), so the model
@@ -14,7 +15,6 @@ import os
 import re
 import subprocess
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from futextrace.kernel import topology as topo_mod
 from futextrace.kernel.btf import Btf, BtfError, Digest, TypeSource

@@ -7,16 +7,14 @@ tiny program, fires it with one futex call where it can, and detaches at once.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
-import subprocess
 import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from futextrace.kernel import model as kmodel
-from futextrace.kernel import prctl
+from futextrace.kernel import errnos, prctl
 from futextrace.errors import EnvironmentProblem
 from futextrace.kernel.headers import ensure_tracefs
 from futextrace.loading import methods
@@ -27,9 +25,6 @@ LABELS = {"fentry": "fentry/fexit", "kprobe": "kprobe/kretprobe",
           "tp_btf": "BTF tracepoint"}
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
-# BCC turns EPERM into this text; map its messages back to errno names.
-_BCC_MESSAGES = {"Need super-user privileges to run": "EPERM"}
-_ERRNO_BY_TEXT = {os.strerror(e): errno.errorcode[e] for e in errno.errorcode}
 
 
 @dataclass
@@ -43,14 +38,7 @@ class MethodStatus:
 
 # --- helpers ----------------------------------------------------------------
 def _errno_of(exc: Exception) -> str:
-    msg = str(exc)
-    for text, name in _BCC_MESSAGES.items():
-        if text in msg:
-            return name
-    for text, name in _ERRNO_BY_TEXT.items():
-        if msg.endswith(text):
-            return name
-    return ""
+    return errnos.name_in_message(str(exc))
 
 
 @contextmanager
@@ -153,7 +141,7 @@ static inline void hit(void) {
 def _try(text: str, attach) -> tuple[bool, str, int | None]:
     """Compile `text`, attach with attach(b), fire one futex call, count, clean up."""
     _BPF, Manual = _bpf_class()
-    with _quiet_stderr() as err:
+    with _quiet_stderr():
         b = None
         link = None
         try:
@@ -271,7 +259,7 @@ def prctl_status() -> dict:
     try:
         return {"works": True, "get_slots": prctl.get_slots()}
     except OSError as e:
-        return {"works": False, "error": f"{errno.errorcode.get(e.errno, e.errno)}: {e.strerror}"}
+        return {"works": False, "error": f"{errnos.name(e.errno)}: {e.strerror}"}
 
 
 def headers_status() -> dict:

@@ -6,6 +6,8 @@ from pathlib import Path
 from futextrace.errors import FileProblem, UsageError
 
 PLOT_SUFFIXES = (".png", ".svg")
+SCALE = 1e6   # ops/sec shown in millions
+REFERENCE_STYLES = {"auto": ("tab:green", "--"), "global": ("tab:red", ":")}
 
 
 def _pyplot():
@@ -22,48 +24,60 @@ def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot: file must end in .png or .svg, got '{path}'")
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
     points = sweep["points"]
     num = [p for p in points if p["requested"] > 0]
-    ref = {p["buckets"]: p for p in points if p["requested"] <= 0}
-    scale = 1e6
-
     fig, ax = plt.subplots(figsize=(9, 5.8), dpi=120)
     if num:
         xs = [p["requested"] for p in num]
-        ys = [p["avg_ops_per_sec"] / scale for p in num]
-        err, what = _error_bars(num, scale)
+        ys = [p["avg_ops_per_sec"] / SCALE for p in num]
+        err, what = _error_bars(num, SCALE)
         ax.errorbar(xs, ys, yerr=err, marker="o", ms=5, lw=1.8, capsize=3,
                     color="tab:blue", label=f"private hash, SET_SLOTS (bars: {what})")
-    styles = {"auto": ("tab:green", "--"), "global": ("tab:red", ":")}
-    for name, p in ref.items():
-        color, ls = styles.get(name, ("gray", "-."))
-        y = p["avg_ops_per_sec"] / scale
-        runs = p.get("runs_ops_per_sec") or []
-        if len(runs) > 1:   # same meaning as the points' bars: spread over repeated runs
-            lo, hi = min(runs) / scale, max(runs) / scale
-        else:
-            band = p["avg_ops_per_sec"] * p["stddev_pct"] / 100 / scale
-            lo, hi = y - band, y + band
-        used = "" if p["slots"] is None else (
-            f", {p['slots']} buckets" if p["slots"] > 0 else ", global")
-        label = "global hash" if name == "global" else f"auto (kernel-sized{used})"
-        ax.axhline(y, color=color, ls=ls, lw=1.6, label=f"{label}: {y:.2f} M")
-        if hi > lo:
-            ax.axhspan(lo, hi, color=color, alpha=0.08, lw=0)
-        if name == "auto" and p["slots"] and num:
-            # mark where the automatic size sits on the x axis
-            ax.plot([p["slots"]], [y], marker="D", ms=7, color=color, ls="none")
+    for p in points:
+        if p["requested"] <= 0:
+            _reference_line(ax, p["buckets"], p, mark_x=bool(num))
+    _axes(ax, points, sweep.get("options", {}), title)
+    fig.tight_layout()
+    try:
+        fig.savefig(out)
+    except OSError as e:
+        raise FileProblem(f"cannot write {out}: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+    return out
 
+
+def _reference_line(ax, name: str, p: dict, mark_x: bool) -> None:
+    """The automatic size or the global hash: a horizontal line with its spread."""
+    color, ls = REFERENCE_STYLES.get(name, ("gray", "-."))
+    y = p["avg_ops_per_sec"] / SCALE
+    runs = p.get("runs_ops_per_sec") or []
+    if len(runs) > 1:   # same meaning as the points' bars: spread over repeated runs
+        lo, hi = min(runs) / SCALE, max(runs) / SCALE
+    else:
+        band = p["avg_ops_per_sec"] * p["stddev_pct"] / 100 / SCALE
+        lo, hi = y - band, y + band
+    used = "" if p["slots"] is None else (
+        f", {p['slots']} buckets" if p["slots"] > 0 else ", global")
+    label = "global hash" if name == "global" else f"auto (kernel-sized{used})"
+    ax.axhline(y, color=color, ls=ls, lw=1.6, label=f"{label}: {y:.2f} M")
+    if hi > lo:
+        ax.axhspan(lo, hi, color=color, alpha=0.08, lw=0)
+    if name == "auto" and p["slots"] and mark_x:
+        # mark where the automatic size sits on the x axis
+        ax.plot([p["slots"]], [y], marker="D", ms=7, color=color, ls="none")
+
+
+def _axes(ax, points: list[dict], opts: dict, title: str | None) -> None:
+    """log2 bucket axis, labels, title from the sweep's options, legend below."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(LogLocator(base=2, numticks=40))
     ax.xaxis.set_major_formatter(FuncFormatter(_pow2_label))
     ax.xaxis.set_minor_locator(LogLocator(base=2, subs=[], numticks=40))
     ax.set_xlabel("hash buckets (PR_FUTEX_HASH_SET_SLOTS)")
     ax.set_ylabel("operations/sec per thread (millions)")
-    ax.set_ylim(bottom=0, top=max(_all_y(points, scale), default=1) * 1.15)
-    opts = sweep.get("options", {})
+    ax.set_ylim(bottom=0, top=max(_all_y(points, SCALE), default=1) * 1.15)
     kind = "shared" if opts.get("shared") else "private"
     n = opts.get("threads")
     ax.set_title(title or f"futex hash throughput: {n} thread{'' if n == 1 else 's'} x "
@@ -73,14 +87,6 @@ def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
     # below the axes: error bars can reach any corner of the plot area
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=9,
               frameon=False)
-    fig.tight_layout()
-    try:
-        fig.savefig(out)
-    except OSError as e:
-        raise FileProblem(f"cannot write {out}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
-    return out
 
 
 def _error_bars(points, scale):

@@ -73,7 +73,8 @@ def render_text(rec: dict) -> str:
             out += _hash_section(h)
     out += ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
     for r in rec["per_cpu"]:
-        out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} {r['atomic']:>8}")
+        out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} "
+                   f"{r['atomic']:>8}")
     out += ["Per node:", f"  {'node':>4} {'cpus':>10} {'lookups':>12} {'private':>12} {'global':>12}"]
     for r in rec["per_node"]:
         cpus = ",".join(map(str, r["cpus"]))

@@ -217,8 +217,9 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
     rec = Recorder(opts, model)
     rec.start()
     try:
-        alive = lambda: all(targets.alive(p) for p in opts.pids)
-        duration = rec.run(until=(lambda: not alive()) if opts.pids else None)
+        def one_gone() -> bool:
+            return not all(targets.alive(p) for p in opts.pids)
+        duration = rec.run(until=one_gone if opts.pids else None)
         result = rec.recording(duration)
         gone = [p for p in opts.pids if not targets.alive(p)]
     finally:

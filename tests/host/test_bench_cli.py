@@ -51,16 +51,6 @@ def test_bench_json(env, tmp_path):
     assert doc["result"]["runner"] == "builtin" and doc["result"]["avg_ops_per_sec"] > 0
 
 
-def test_bench_trace_falls_back_with_a_note(env):
-    try:
-        import futextrace.record.recorder  # noqa: F401
-        pytest.skip("futextrace.record.recorder exists; traced bench is tested with the recorder")
-    except ModuleNotFoundError:
-        pass
-    res = cli(env, "bench", "-t", 1, "-f", 8, "-r", 0.2)
-    assert res.returncode == 0 and "ran untraced" in res.stderr
-
-
 @pytest.mark.parametrize("args, code, words", [
     (["-t", 0], 2, "threads must be at least 1"),
     (["-r", -1], 2, "runtime must be a positive"),

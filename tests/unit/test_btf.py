@@ -1,6 +1,7 @@
 """The BTF reader, digests and the kernel model on real BTF of several layouts."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -12,11 +13,23 @@ from pathlib import Path
 import pytest
 
 from futextrace.kernel import model as kmodel
-from futextrace.kernel.btf import Btf, BtfError, Digest, digest, elf_section
+from futextrace.kernel.btf import Btf, BtfError, Digest, elf_section
 from futextrace.kernel.kallsyms import Kallsyms
 from futextrace.kernel.topology import parse_cpulist
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "btf"
+SCRIPTS = Path(__file__).resolve().parent.parent.parent / "scripts"
+
+
+def _digest_generator():
+    """scripts/btf_digest.py: dev machinery that writes tests/data/btf, kept out of the package."""
+    spec = importlib.util.spec_from_file_location("btf_digest", SCRIPTS / "btf_digest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+digest = _digest_generator().digest
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 BTF_CACHE = Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace")) / "btf"
 needs_vmlinux = pytest.mark.skipif(not VMLINUX.exists(), reason="no /sys/kernel/btf/vmlinux")
