@@ -6,7 +6,8 @@ import json
 import click
 
 from futextrace.bench import runner as bench
-from futextrace.errors import FileProblem, UsageError
+from futextrace.commands.options import json_option, text_wanted
+from futextrace.errors import EXIT_CODES_HELP, FileProblem, UsageError
 
 
 class BucketsType(click.ParamType):
@@ -20,15 +21,15 @@ class BucketsType(click.ParamType):
 
 def workload_options(f):
     """Options shared by bench and sweep's workload (sweep omits -b)."""
-    f = click.option("-m", "--mlockall", is_flag=True, help="Lock all memory (mlockall).")(f)
+    f = click.option("-m", "--mlockall", is_flag=True, help="lock all memory (mlockall)")(f)
     f = click.option("-S", "--shared", is_flag=True,
-                     help="Shared futexes (no FUTEX_PRIVATE_FLAG): always the global hash.")(f)
+                     help="shared futexes (no FUTEX_PRIVATE_FLAG): always the global hash")(f)
     f = click.option("-r", "--runtime", type=float, default=10.0, show_default=True,
-                     help="Seconds to run (builtin runner: fractions allowed).")(f)
+                     help="seconds to run (builtin runner: fractions allowed)")(f)
     f = click.option("-f", "--futexes", type=int, default=1024, show_default=True,
-                     help="Futexes per thread.")(f)
+                     help="futexes per thread")(f)
     f = click.option("-t", "--threads", type=int, default=None,
-                     help="Worker threads [default: online CPUs].")(f)
+                     help="worker threads [default: online CPUs]")(f)
     return f
 
 
@@ -75,15 +76,24 @@ def describe_hash(r: dict) -> str:
     return f"requested {req}, in use: {used}"
 
 
-@click.command("bench")
+EXAMPLES = """\b
+Examples:
+  futextrace bench -t 4 -r 5              # 4 threads for 5 s, kernel-sized hash, traced
+  futextrace bench -b 64 --no-trace       # 64 buckets set with prctl, throughput only
+  futextrace bench --runner perf -t 2     # Debian's perf bench futex hash instead
+  futextrace bench --json - -b global | jq .result.avg_ops_per_sec
+"""
+
+
+@click.command("bench", epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
 @workload_options
 @click.option("-b", "--buckets", type=BucketsType(), default="auto", show_default=True,
-              help="Hash buckets: a power of two >= 2, 'auto' (kernel sizes it) or 'global'.")
+              help="hash buckets: a power of two >= 2, 'auto' (kernel sizes it) or 'global'")
 @click.option("--runner", type=click.Choice(["builtin", "perf"]), default="builtin",
-              show_default=True, help="Built-in workload or the system's perf bench futex hash.")
-@click.option("--json", "json_file", metavar="FILE", help="Write the result as JSON ('-': stdout).")
-@click.option("--no-trace", is_flag=True, help="Only measure throughput; do not trace.")
-def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_file, no_trace):
+              show_default=True, help="built-in workload or the system's perf bench futex hash")
+@json_option("the result and its recording")
+@click.option("--no-trace", is_flag=True, help="only measure throughput; do not trace")
+def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_path, no_trace):
     """Run the futex-hash workload (like `perf bench futex hash`) and print its
     throughput beside what the tracer recorded."""
     opts = bench.WorkloadOptions(threads=threads, futexes=futexes, runtime=runtime,
@@ -91,13 +101,12 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_f
     if runner == "perf" and runtime != int(runtime):
         raise UsageError("--runner perf takes whole seconds for --runtime")
     doc = bench.run(opts, runner=runner, trace=not no_trace)
-    quiet = json_file == "-"
     for note in doc["notes"]:
         click.echo(f"note: {note}", err=True)
-    if not quiet:
+    if text_wanted(json_path):
         click.echo(format_result(doc["result"]))
         if doc["recording"] is not None:
             click.echo(cross_check(doc["result"], doc["recording"]))
             click.echo("\n" + bench.render_recording(doc["recording"]))
-    if json_file:
-        write_json(json_file, {"schema": "futextrace-bench", "schema_version": 1, **doc})
+    if json_path:
+        write_json(json_path, {"schema": "futextrace-bench", "schema_version": 1, **doc})

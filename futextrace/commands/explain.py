@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
+from futextrace.commands.options import json_option, text_wanted
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
@@ -17,8 +18,7 @@ Examples:
 @click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
 @click.option("-p", "--pid", "pid", type=int, help="explain this running process")
 @click.option("-d", "--duration", type=float, help="stop after this many seconds")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False),
-              help="write the explanation and the recording as JSON ('-' = stdout)")
+@json_option("the explanation and the recording")
 @click.option("-q", "--quiet", is_flag=True, help="no text (with --json)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pid, duration, json_path, quiet, command):
@@ -43,7 +43,7 @@ def command(pid, duration, json_path, quiet, command):
     expl = explain(rec)
     if pid:   # only the asked-for process, not the children it forked
         expl["processes"] = [p for p in expl["processes"] if p["pid"] == pid]
-    if not quiet:
+    if text_wanted(json_path, quiet):
         click.echo(render(expl))
     if json_out:
         write_json(json_out, {"explanation": expl, "recording": rec})

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP, TargetError
+from futextrace.commands.options import json_option, text_wanted
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
@@ -28,9 +29,11 @@ Examples:
 @click.option("-T", "--timestamps", is_flag=True, help="timestamps on interval lines")
 @click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False),
               help="write per-interval JSON lines here ('-' = stdout)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the recording as JSON")
-@click.option("--method", type=click.Choice(["auto", "fentry", "kprobe", "tracepoint"]), default="auto",
-              show_default=True)
+@json_option("the recording")
+@click.option("--method", type=click.Choice(["auto", "kprobe", "tracepoint", "fentry"]), default="auto",
+              show_default=True,
+              help="auto: kprobes where they work, else the tracepoint method (see `futextrace doctor`); "
+                   "fentry is refused: futextrace has no fentry programs")
 @click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=None,
               help="distinct futexes kept; beyond that lookups are counted as unattributed "
                    "[default: 65536 up to 8 CPUs, halved per doubling of CPUs beyond, at least "
@@ -56,7 +59,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
                          max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
                          exact_prctl=exact_prctl)
     rec = record_command(list(command), opts) if command else record_pids(opts)
-    if not quiet:
+    if text_wanted(json_path, quiet):
         click.echo(render_text(rec))
     if json_out:
         write_json(json_out, rec)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP
+from futextrace.commands.options import json_option, text_wanted
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
@@ -17,7 +18,7 @@ Examples:
 @click.option("-p", "--pid", "pids", type=int, multiple=True, help="this process (repeatable)")
 @click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="seconds to watch")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write JSON ('-' = stdout)")
+@json_option("the snapshot")
 def command(pids, duration, json_path):
     """Bucket count, custom/auto and private/global of running processes.
 
@@ -28,7 +29,7 @@ def command(pids, duration, json_path):
     snap = snapshot(list(pids), duration)
     if json_out is not None:
         write_json(json_out, snap)
-    if json_path != "-":
+    if text_wanted(json_path):
         click.echo(render(snap))
-    if snap.get("note") and json_path != "-":
+    if snap.get("note") and text_wanted(json_path):
         click.echo(f"note: {snap['note']}; the watch ended early")

@@ -9,8 +9,9 @@ from rich.table import Table
 from futextrace.bench import runner as bench
 from futextrace.bench import sweep
 from futextrace.output.plots import PLOT_SUFFIXES, plot_sweep
-from futextrace.errors import UsageError
 from futextrace.commands.bench import workload_options, write_json
+from futextrace.commands.options import json_option, text_wanted
+from futextrace.errors import EXIT_CODES_HELP, UsageError
 
 
 def sweep_table(doc: dict) -> Table:
@@ -40,16 +41,24 @@ def _cell(v) -> str:
     return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
-@click.command("sweep")
+EXAMPLES = """\b
+Examples:
+  futextrace sweep                                 # 2..131072 buckets, auto and global
+  futextrace sweep --buckets 16-1024 -t 4 -r 2 --repeat 3
+  futextrace sweep --buckets 2,64,4096 --trace --plot sweep.png
+"""
+
+
+@click.command("sweep", epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
 @click.option("--buckets", "buckets_text", default=sweep.DEFAULT_BUCKETS, show_default=True,
-              metavar="LIST", help="Bucket counts: '2,4,64' and/or ranges 'LO-HI' (powers of two).")
+              metavar="LIST", help="bucket counts: '2,4,64' and/or ranges 'LO-HI' (powers of two)")
 @workload_options
 @click.option("--repeat", type=int, default=1, show_default=True,
-              help="Runs per point (in rounds); the median run is reported.")
-@click.option("--trace", is_flag=True, help="Trace each run and add imbalance/collision columns.")
-@click.option("--json", "json_file", metavar="FILE", help="Write all points as JSON ('-': stdout).")
-@click.option("--plot", "plot_file", metavar="FILE", help="Write a plot (.png or .svg).")
-def command(buckets_text, threads, futexes, runtime, shared, mlockall, repeat, trace, json_file,
+              help="runs per point (in rounds); the median run is reported")
+@click.option("--trace", is_flag=True, help="trace each run and add imbalance/collision columns")
+@json_option("all points")
+@click.option("--plot", "plot_file", metavar="FILE", help="write a plot (.png or .svg)")
+def command(buckets_text, threads, futexes, runtime, shared, mlockall, repeat, trace, json_path,
             plot_file):
     """Throughput of the futex-hash workload for each bucket count, plus the kernel's
     automatic size and the global hash; a table, and optionally JSON and a plot."""
@@ -61,7 +70,7 @@ def command(buckets_text, threads, futexes, runtime, shared, mlockall, repeat, t
     if shared:
         click.echo("note: shared futexes always use the global hash; bucket counts "
                    "will not matter", err=True)
-    console = Console(stderr=json_file == "-")
+    console = Console(stderr=not text_wanted(json_path))
     if not console.is_terminal:
         console.width = 120   # files and pipes: room for the --trace columns
     total = len(sweep.sweep_points(buckets)) * max(repeat, 1)
@@ -83,5 +92,5 @@ def command(buckets_text, threads, futexes, runtime, shared, mlockall, repeat, t
     if plot_file:
         path = plot_sweep(doc, plot_file)
         console.print(f"plot written to {path}")
-    if json_file:
-        write_json(json_file, doc)
+    if json_path:
+        write_json(json_path, doc)

@@ -2,7 +2,7 @@
 running kernel really has (names and clones from the kernel model)."""
 from __future__ import annotations
 
-from futextrace.errors import EnvironmentProblem
+from futextrace.errors import EnvironmentProblem, KernelRefused
 
 # (kernel function, BPF function, kind, needed). Optional probes that the
 # kernel inlined are reported as missing; a required one stops the method.
@@ -47,7 +47,7 @@ def attach_kprobes(bpf, model, method: str) -> list[str]:
                 bpf.attach_kretprobe(event=sym, fn_name=fn, maxactive=64)
         except Exception as e:
             if needed:
-                raise EnvironmentProblem(f"cannot attach a kprobe to {sym}: {e}")
+                raise KernelRefused(f"the kernel refused a kprobe on {sym}: {e}")
             missing.append(func)
             continue
         attached.append(f"{'kretprobe' if kind == 'return' else 'kprobe'}:{sym}")

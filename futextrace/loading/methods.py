@@ -3,15 +3,16 @@
 
 kprobes come first: they see the bucket the kernel itself returned and the
 refcount calls. The tracepoint method comes next: it sees only the syscall and
-recomputes the bucket, with blind spots it names. fentry is not in the order:
-futex_hash returns a struct by value on 7.2+, which fexit cannot attach to, so
-the kprobe programs serve it.
+recomputes the bucket, with blind spots it names. fentry is not a method of
+`record` at all: futex_hash returns a struct by value on 7.2+, which fexit
+cannot attach to, so futextrace has no fentry programs; `--method fentry` is
+refused with a line that says so (doctor still proves whether fentry loads).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.errors import EnvironmentProblem
+from futextrace.errors import EnvironmentProblem, UsageError
 
 KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
 PREFERENCE = ("kprobe", "tracepoint")
@@ -30,17 +31,25 @@ def kprobe_precondition(model) -> str | None:
     return None
 
 
+def refuse_unserved(requested: str) -> None:
+    """Refuse a method futextrace has no programs for, before anything loads."""
+    if requested == "fentry":
+        raise UsageError("--method fentry: futextrace has no fentry programs (fexit cannot attach to "
+                         "futex_hash, which returns a struct by value on 7.2+); use --method kprobe or auto")
+
+
 def choose_method(model, requested: str) -> tuple[str, str]:
     """(method, why) for `record --method requested`. `auto` follows PREFERENCE.
     `futextrace doctor` shows the full proof."""
+    refuse_unserved(requested)
     if requested == "tracepoint":
         return "tracepoint", "asked for with --method"
-    if requested in ("kprobe", "fentry"):
+    if requested == "kprobe":
         why = kprobe_precondition(model)
         if why:
-            raise EnvironmentProblem(f"method {requested} is not available here: {why} "
+            raise EnvironmentProblem(f"method kprobe is not available here: {why} "
                                      "(run `futextrace doctor`, or use --method auto)")
-        return "kprobe", "asked for with --method" + (" (fentry served by kprobes)" if requested == "fentry" else "")
+        return "kprobe", "asked for with --method"
     why = kprobe_precondition(model)
     if why:
         return "tracepoint", f"kprobes not usable: {why}"

@@ -17,7 +17,7 @@ from futextrace.kernel import model as kmodel
 from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
-from futextrace.loading.methods import choose_method
+from futextrace.loading.methods import choose_method, refuse_unserved
 from futextrace.record import targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
@@ -53,6 +53,7 @@ class Recorder:
             raise UsageError("-d/--duration must be more than 0 seconds")
         if opts.interval is not None and opts.interval <= 0:
             raise UsageError("-i/--interval must be more than 0 seconds")
+        refuse_unserved(opts.method)
         self.opts = opts
         self.model = model or kmodel.load()
         if not self.model.private_hash:

@@ -123,7 +123,7 @@ def raw():
 
 @pytest.fixture(scope="module")
 def report():
-    r = cli("doctor", "--json")
+    r = cli("doctor", "--json", "-")   # '-': the JSON on stdout, in place of the text
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     return json.loads(r.stdout)
@@ -236,6 +236,16 @@ def test_report_sections(report, text_report):
     expect = ("kprobe" if "kprobe" in works
               else "tracepoint" if works & {"tp_btf", "raw_tracepoint"} else None)
     assert report["recommended"] == expect
+
+
+def test_json_file_beside_the_text(tmp_path, report):
+    """--json FILE means what it means in every command: the text on stdout, the JSON in FILE."""
+    out = tmp_path / "doctor.json"
+    r = cli("doctor", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("recommended method: ")
+    saved = json.loads(out.read_text())
+    assert saved.keys() == report.keys() and saved["recommended"] == report["recommended"]
 
 
 def test_nothing_stays_attached():
