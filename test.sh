@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs the whole test suite: unit tests, tests that load
+# Sets everything up, lints, then runs the whole test suite: unit tests, tests that load
 # real BPF programs into this kernel, and the VM tests on the newest Debian kernel.
 #   ./test.sh                 what CI runs
 #   ./test.sh --all-kernels   the full VM kernel matrix (see tests/vm/kernels.py)
@@ -12,4 +12,6 @@ if [ "${1:-}" = "--all-kernels" ]; then
     export FUTEXTRACE_VM_KERNELS=all
     shift
 fi
+# Lint first (pyproject.toml [tool.ruff]): any finding fails the run before a test starts.
+"$here/.venv/bin/ruff" check futextrace tests bench scripts
 exec "$here/.venv/bin/python" -m pytest -ra "$@"
