@@ -37,10 +37,6 @@ class MethodStatus:
 
 
 # --- helpers ----------------------------------------------------------------
-def _errno_of(exc: Exception) -> str:
-    return errnos.name_in_message(str(exc))
-
-
 @contextmanager
 def _quiet_stderr():
     """libbcc and clang write straight to fd 2; keep that out of the report but
@@ -120,7 +116,7 @@ def require_bpf() -> None:
         try:
             b.load_func(b"f", BPF.SOCKET_FILTER)
         except Exception as e:   # noqa: BLE001
-            code = _errno_of(e) or str(e)
+            code = errnos.name_in_message(str(e)) or str(e)
             raise EnvironmentProblem(
                 f"the kernel refused a minimal BPF program ({code}): run as root on a "
                 "machine (or container) that allows bpf()") from None
@@ -184,7 +180,7 @@ def probe_fentry(model: kmodel.KernelModel) -> MethodStatus:
     ok, msg, fired = _try(text, lambda b: (b.attach_kfunc(fn_name=f"kfunc__{target}".encode()),
                                            b.attach_kretfunc(fn_name=f"kretfunc__{target}".encode())))
     if not ok:
-        code = _errno_of(Exception(msg))
+        code = errnos.name_in_message(msg)
         why = (f"the kernel refused fentry programs ({code})" if code in ("EPERM", "EACCES")
                else f"loading fentry/fexit on {target} failed: {msg}")
         return MethodStatus("fentry", False, "; ".join([why, *notes]), target)
