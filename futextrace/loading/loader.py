@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 from dataclasses import dataclass, field
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
@@ -174,11 +175,14 @@ class Program:
         if self.exact_prctl:
             cflags.append("-DPRCTL_EXIT")
         self._bpf = None
+        self.timings: dict[str, float] = {}     # seconds: compile (BCC, maps), attach (load, attach)
+        t0 = time.monotonic()
         try:
             self._bpf = BPF(text=source_for(method), cflags=cflags)
         except Exception as e:  # BCC raises bare Exceptions for compile/load/attach errors
             raise KernelRefused(f"the kernel refused the {method} programs: {str(e).splitlines()[0]}")
         atexit.register(self.close)
+        t1 = time.monotonic()
         self._fill_filters()
         if method == "tracepoint":
             self.probes = self._attach_syscall_hooks(model) + [
@@ -190,6 +194,7 @@ class Program:
             except Exception:
                 self.close()
                 raise
+        self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
 
     def _attach_syscall_hooks(self, model) -> list[str]:
         """sys_enter as a BTF tracepoint where the kernel takes it (plain loads

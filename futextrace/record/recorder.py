@@ -17,8 +17,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from futextrace.kernel import model as kmodel
-from futextrace.record import targets
+from futextrace.kernel import modelcache
+from futextrace.record import startup, targets
 from futextrace.record.aggregate import build_recording
 from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
 from futextrace.loading.layout import COUNTER, EVENT, KIND
@@ -47,6 +47,7 @@ class RecordOptions:
     jsonl: object | None = None       # file object for per-interval JSON lines
     live_out: object | None = None    # where per-interval text goes (None: stdout)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
+    announce: bool = True             # say "Tracing..." on stderr once attached
 
 
 def kprobe_precondition(model) -> str | None:
@@ -86,7 +87,13 @@ class Recorder:
         if opts.interval is not None and opts.interval <= 0:
             raise UsageError("-i/--interval must be more than 0 seconds")
         self.opts = opts
-        self.model = model or kmodel.load()
+        # Setup time, reported as attach_s: the process's own start counts for
+        # the first recorder of a process only (bench and sweep make several).
+        self.timings = {"startup": round(startup.process_age(), 3) if _first_in_process() else 0.0}
+        t0 = time.monotonic()
+        self.model, self.model_cached = (model, False) if model else modelcache.load_running()
+        self.timings["model"] = round(time.monotonic() - t0, 3)
+        self._setup_t0 = t0
         if not self.model.private_hash:
             raise EnvironmentProblem("this kernel has no futex private hash (CONFIG_FUTEX_PRIVATE_HASH, "
                                      "Linux 6.17+): nothing for futextrace to show")
@@ -121,8 +128,12 @@ class Recorder:
                                    exact_prctl=self.opts.exact_prctl)
         b = self.program.bpf
         b["events"].open_ring_buffer(self._on_event)
+        self.timings.update(self.program.timings)
+        self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
         self.t0_ns = time.monotonic_ns()
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        if self.opts.announce:
+            print("Tracing futex hash lookups... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
 
     def stop(self, *_):
         self._stop = True
@@ -327,7 +338,19 @@ class Recorder:
             self.comms.setdefault(pid, targets.comm_of(pid))
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
+        rec["attach_s"] = self.attach_s
+        rec["attach_phases_s"] = dict(self.timings)
+        rec["kernel"]["model_cached"] = self.model_cached
         return rec
+
+
+_setups = 0
+
+
+def _first_in_process() -> bool:
+    global _setups
+    _setups += 1
+    return _setups == 1
 
 
 def record_pids(opts: RecordOptions, model=None) -> dict:
@@ -336,8 +359,9 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
         targets.check_pid(pid)
     for tid in opts.tids:
         targets.check_tid(tid)
-    rec = Recorder(opts, model)
-    rec.start()
+    with startup.SlowStartWatch():
+        rec = Recorder(opts, model)
+        rec.start()
     try:
         alive = lambda: all(targets.alive(p) for p in opts.pids)
         duration = rec.run(until=(lambda: not alive()) if opts.pids else None)
@@ -355,8 +379,9 @@ def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
     child = targets.StoppedChild(argv)   # forked, waits for go() before exec
     try:
         opts.pids = [child.pid] + list(opts.pids)
-        rec = Recorder(opts, model)
-        rec.start()
+        with startup.SlowStartWatch():
+            rec = Recorder(opts, model)
+            rec.start()
     except BaseException:
         child.kill()
         raise
