@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
-from futextrace.output.jsonio import open_output, write_json
+from futextrace.output.jsonio import open_output
 
 EXAMPLES = """\b
 Examples:
@@ -46,6 +46,6 @@ def command(pid, duration, json_path, quiet, command):
     if not quiet:
         click.echo(render(expl))
     if json_out:
-        write_json(json_out, {"explanation": expl, "recording": rec})
+        json_out.write_json({"explanation": expl, "recording": rec})
     if rec.get("error"):
         raise TargetError(rec["error"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP
-from futextrace.output.jsonio import open_output, write_json
+from futextrace.output.jsonio import open_output
 
 EXAMPLES = """\b
 Examples:
@@ -27,7 +27,7 @@ def command(pids, duration, json_path):
     json_out = open_output(json_path) if json_path else None
     snap = snapshot(list(pids), duration)
     if json_out is not None:
-        write_json(json_out, snap)
+        json_out.write_json(snap)
     if json_path != "-":
         click.echo(render(snap))
     if snap.get("note") and json_path != "-":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes as ct
 import datetime as dt
-import json
 import mmap
 import os
 import signal
@@ -20,7 +19,8 @@ from dataclasses import dataclass, field
 from futextrace.kernel import modelcache
 from futextrace.record import startup, targets
 from futextrace.record.aggregate import build_recording
-from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
+from futextrace.errors import EnvironmentProblem, FileProblem, KernelRefused, TargetError, UsageError
+from futextrace.output import jsonio
 from futextrace.loading.layout import COUNTER, EVENT, KIND
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 
@@ -44,8 +44,8 @@ class RecordOptions:
     method: str = "auto"
     max_futexes: int | None = None    # None: loader.default_max_futexes()
     timestamps: bool = False
-    jsonl: object | None = None       # file object for per-interval JSON lines
-    live_out: object | None = None    # where per-interval text goes (None: stdout)
+    jsonl: object | None = None       # output/jsonio.Output for per-interval JSON lines
+    live_out: object | None = None    # output/jsonio.Output for per-interval text (None: stdout)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
 
@@ -106,6 +106,7 @@ class Recorder:
         self.t0_ns = 0
         self.comms: dict[int, str] = {}
         self._stop = False
+        self.output_error: str | None = None   # a write error that ended the run early
         self._last_totals = {}
         self._last_snapshot: dict = {}
         self._last_elapsed = 0.0
@@ -204,7 +205,11 @@ class Recorder:
                 self.program.bpf.ring_buffer_poll(POLL_MS)
                 now = time.monotonic()
                 if next_tick and now >= next_tick:
-                    self._interval_report(now - start)
+                    try:
+                        self._interval_report(now - start)
+                    except FileProblem as e:   # keep what was recorded: end the run here
+                        self.output_error = str(e)
+                        break
                     next_tick += self.opts.interval
                 if self.opts.duration and now - start >= self.opts.duration:
                     break
@@ -254,14 +259,13 @@ class Recorder:
         row["processes"] = live.processes(self._last_snapshot, snap, span, self.comms)
         self._last_snapshot = snap
         self.intervals.append(row)
-        out = self.opts.live_out or sys.stdout
+        out = self.opts.live_out or jsonio.stdout_output()
         text = "\n".join(live.render(row, row["processes"], self.opts.timestamps))
-        if out.isatty():
+        if out.file.isatty():
             text = live.CLEAR + text   # redraw in place, like top
-        print(text, file=out, flush=True)
+        out.write(text + "\n")
         if self.opts.jsonl:
-            self.opts.jsonl.write(json.dumps(row) + "\n")
-            self.opts.jsonl.flush()
+            self.opts.jsonl.write_jsonl(row)
 
     def _missed_delta(self) -> int:
         missed = self.missed_runs()
@@ -353,6 +357,13 @@ def _first_in_process() -> bool:
     return _setups == 1
 
 
+def _keep_output_error(rec: Recorder, result: dict) -> None:
+    """Hand a write error that ended the run to the command, which writes what
+    was recorded before reporting it (not part of the recording itself)."""
+    if rec.output_error:
+        result["output_error"] = rec.output_error
+
+
 def record_pids(opts: RecordOptions, model=None) -> dict:
     """Trace running processes (or everything when no filter is given)."""
     for pid in opts.pids:
@@ -366,6 +377,7 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
         alive = lambda: all(targets.alive(p) for p in opts.pids)
         duration = rec.run(until=(lambda: not alive()) if opts.pids else None)
         result = rec.recording(duration)
+        _keep_output_error(rec, result)
         gone = [p for p in opts.pids if not targets.alive(p)]
     finally:
         rec.close()
@@ -388,10 +400,13 @@ def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
     try:
         child.go()
         duration = rec.run(until=child.exited)
-        if not child.exited():
+        stopped = not child.exited()     # the run ended first (duration, signal, write error)
+        if stopped:
             child.kill()
         result = rec.recording(duration)
-        result["command"] = {"argv": argv, "pid": child.pid, "exit_status": child.status()}
+        _keep_output_error(rec, result)
+        result["command"] = {"argv": argv, "pid": child.pid, "exit_status": child.status(),
+                             "stopped_by_futextrace": stopped}
         result["command"]["stdout_tail"] = child.output_tail()
     finally:
         rec.close()
