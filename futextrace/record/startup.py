@@ -22,8 +22,9 @@ def process_age() -> float:
     return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
 
 
-def runnable_rt_threads() -> int:
-    """Threads of any process that are runnable (state R) under SCHED_FIFO/RR."""
+def rt_busy_cpus() -> tuple[set[int], int]:
+    """(CPUs a runnable SCHED_FIFO/RR thread was last on, how many such threads)."""
+    cpus: set[int] = set()
     n = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -38,10 +39,11 @@ def runnable_rt_threads() -> int:
                     rest = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            # rest[0] is field 3 (state); policy is field 41.
+            # rest[k] is field k + 3 of proc(5): state 3, processor 39, policy 41.
             if rest[0] == "R" and int(rest[38]) in RT_POLICIES:
+                cpus.add(int(rest[36]))
                 n += 1
-    return n
+    return cpus, n
 
 
 class SlowStartWatch:
@@ -66,13 +68,14 @@ class SlowStartWatch:
     def _watch(self, after: float):
         if self._done.wait(after):
             return
-        rt, cpus = runnable_rt_threads(), os.cpu_count() or 1
-        if rt < cpus or self._done.is_set():
+        ours = os.sched_getaffinity(0)
+        busy, threads = rt_busy_cpus()
+        if not ours <= busy or self._done.is_set():
             return
         self.reported = True
-        print(f"futextrace: still compiling/attaching after {after:.0f} s: {rt} runnable "
-              f"SCHED_FIFO/RR threads hold all {cpus} CPUs; try --rt-priority N "
-              "(above theirs) to run the tracer at a real-time priority",
+        print(f"futextrace: still compiling/attaching after {after:.0f} s: {threads} runnable "
+              f"SCHED_FIFO/RR threads hold every CPU it may run on ({len(ours)}); try "
+              "--rt-priority N (above theirs) to run the tracer at a real-time priority",
               file=self._out, flush=True)
 
 

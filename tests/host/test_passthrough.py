@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,51 @@ def test_missing_command_fails_before_attaching():
     assert p.returncode == 4
     assert p.stderr.strip().splitlines() == [
         "futextrace: error: cannot start '/nonexistent/cmd': no such executable file"]
+
+
+SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
+SPIN_S = 40     # the spinner's own limit; each test ends it as soon as it can
+
+
+def _start_rt_spinner() -> subprocess.Popen:
+    """A SCHED_FIFO thread spinning on CPU 0 (the tracer is pinned there too)."""
+    return subprocess.Popen(["chrt", "-f", "10", "taskset", "-c", "0", sys.executable, "-c",
+                             SPIN.format(s=SPIN_S)])
+
+
+def _record_on_cpu0(extra: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(["taskset", "-c", "0", *CLI, "record", "-q", *extra, "--", "true"],
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.skipif(not shutil.which("chrt") or not shutil.which("taskset"), reason="needs util-linux")
+def test_rt_threads_holding_every_cpu_are_named():
+    """The tracer starved by a real-time thread says what it waits for."""
+    spinner = _start_rt_spinner()
+    try:
+        p = _record_on_cpu0([])
+        first = p.stderr.readline()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    rest = p.communicate(timeout=120)[1]
+    assert p.returncode == 0, first + rest
+    assert "still compiling/attaching after 2 s: 1 runnable SCHED_FIFO/RR threads" in first, first
+    assert "--rt-priority" in first
+
+
+@pytest.mark.skipif(not shutil.which("chrt") or not shutil.which("taskset"), reason="needs util-linux")
+def test_rt_priority_attaches_beside_rt_threads():
+    """With --rt-priority above the spinner's, the tracer attaches and ends
+    while the spinner still holds the CPU."""
+    spinner = _start_rt_spinner()
+    try:
+        p = _record_on_cpu0(["--rt-priority", "20"])
+        err = p.communicate(timeout=SPIN_S + 60)[1]
+        still_spinning = spinner.poll() is None
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert p.returncode == 0, err
+    assert "still compiling" not in err, err
+    assert still_spinning, "the tracer only finished once the real-time spinner had ended"
