@@ -73,7 +73,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     try:
         if json_out:
             json_out.write_json(rec)
-        if not quiet:
+        if not quiet and not (json_out and json_out.is_stdout):   # `--json -` stays parseable
             jsonio.echo(render_text(rec))
     except FileProblem:
         if output_error is None:

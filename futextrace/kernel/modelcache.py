@@ -59,6 +59,9 @@ def _write(path: Path, model: kmodel.KernelModel) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".model.", dir=path.parent)
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "w") as f:
             json.dump(model.to_dict(), f)
         os.chmod(tmp, 0o644)
@@ -66,7 +69,7 @@ def _write(path: Path, model: kmodel.KernelModel) -> None:
     except OSError:
         try:
             os.unlink(tmp)
-        except (OSError, UnboundLocalError):
+        except OSError:
             pass
 
 
