@@ -3,7 +3,9 @@
 
 Runs `futextrace record -q --json F -- true` N times per condition and prints
 medians of: the wall time from starting the process to the "Tracing..." line
-on its stderr (measured here), `attach_s` (the recording's own figure, from
+on its stderr (measured here), the CPU time the process had used by then
+(user + system, a guide to the idle figure when other work shares the
+machine), `attach_s` (the recording's own figure, from
 the process's start) and each phase in `attach_phases_s` (startup: interpreter
 and imports; model: BTF/kallsyms/clone probe or the per-boot cache; compile:
 BCC, maps; attach: program load and attach). Conditions, in one run:
@@ -43,11 +45,20 @@ def one_run(env: dict) -> dict:
                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         first = p.stderr.readline()
         seen = time.monotonic() - t0
+        cpu = cpu_seconds(p.pid)
         rest = p.stderr.read()
         if p.wait() != 0 or not first.startswith("Tracing"):
             raise SystemExit(f"attach.py: futextrace failed: {first}{rest}")
         rec = json.loads(out.read_text())
-    return {"wall": seen, "attach_s": rec["attach_s"], **rec["attach_phases_s"]}
+    return {"wall": seen, "cpu": cpu, "attach_s": rec["attach_s"], **rec["attach_phases_s"]}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` so far (its own threads, not its children):
+    on a machine busy with other work, a better guide to the idle wall time."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cold_env(base: dict, shared_cache: Path, tmp: Path) -> dict:
@@ -93,9 +104,10 @@ def main() -> int:
         spinner.wait()
     print(f"futextrace record -- true: medians of {a.runs} runs, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} at the end")
-    print(f"{'condition':<14}{'to Tracing':>11}{'attach_s':>10}" + "".join(f"{p:>9}" for p in PHASES))
+    print(f"{'condition':<14}{'to Tracing':>11}{'CPU':>8}{'attach_s':>10}"
+          + "".join(f"{p:>9}" for p in PHASES))
     for name, m in rows:
-        print(f"{name:<14}{m['wall']:>10.3f}s{m['attach_s']:>9.3f}s"
+        print(f"{name:<14}{m['wall']:>10.3f}s{m['cpu']:>7.2f}s{m['attach_s']:>9.3f}s"
               + "".join(f"{m[p]:>8.3f}s" for p in PHASES))
     return 0
 
