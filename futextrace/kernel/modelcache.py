@@ -20,6 +20,7 @@ from futextrace.kernel import model as kmodel
 from futextrace.kernel import topology
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+KEEP = 16   # models kept (one per boot and kernel: VM guests add theirs); older ones go
 # Modules whose code decides what the model holds: a change to them is a new key.
 _MODEL_CODE = ("model.py", "btf.py", "kallsyms.py", "topology.py", "jhash.py")
 
@@ -71,6 +72,18 @@ def _write(path: Path, model: kmodel.KernelModel) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+        return
+    _prune(path.parent)
+
+
+def _prune(directory: Path) -> None:
+    """Keep the KEEP most recently written models."""
+    try:
+        models = sorted(directory.glob("[!.]*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in models[KEEP:]:
+            old.unlink()
+    except OSError:
+        pass   # another run pruned at the same time
 
 
 def load_running() -> tuple[kmodel.KernelModel, bool]:

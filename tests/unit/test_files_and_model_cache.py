@@ -113,3 +113,19 @@ def test_model_round_trip(digest):
     m.topology = topology.Topology([0, 1, 4], 8, {0: 0, 1: 0, 4: 1}, [0, 1], [0, 1])
     back = kmodel.KernelModel.from_dict(json.loads(json.dumps(m.to_dict())))
     assert back == m
+
+
+def test_model_cache_keeps_the_newest(tmp_path):
+    """Every boot (and VM guest) adds a model: only the newest KEEP stay."""
+    from futextrace.kernel import modelcache
+    m = kmodel.load(str(DATA / "debian-7.3.4.json"), live=False)
+    d = tmp_path / "model"
+    d.mkdir()
+    for i in range(modelcache.KEEP + 3):
+        f = d / f"old{i}.json"
+        f.write_text("{}")
+        os.utime(f, (1000 + i, 1000 + i))
+    modelcache._write(d / "new.json", m)
+    left = sorted(p.name for p in d.glob("*.json"))
+    assert len(left) == modelcache.KEEP and "new.json" in left
+    assert "old0.json" not in left and f"old{modelcache.KEEP + 2}.json" in left
