@@ -175,6 +175,8 @@ int ft_btf_sys_enter(u64 *ctx)
 	return on_sys_enter(ctx[1], bpf_get_current_task_btf(), (void *)ctx[0]);
 }
 
+/* Left out while tp_btf is tried: a quarter of the compile time (loader.py). */
+#ifndef TP_BTF_ONLY
 int ft_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	if (!traced_nr(ctx->args[1]))
@@ -182,6 +184,7 @@ int ft_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	struct task_struct *task = bpf_get_current_task_btf();
 	return on_sys_enter(ctx->args[1], task, (void *)bpf_task_pt_regs(task));
 }
+#endif
 
 #ifdef PRCTL_EXIT
 /* --exact-prctl: prctl's result from its own syscall tracepoint, which the

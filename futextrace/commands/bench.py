@@ -1,8 +1,6 @@
 """`futextrace bench`: the futex-hash workload's throughput beside what the tracer saw."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from futextrace.bench import runner as bench
@@ -34,14 +32,9 @@ def workload_options(f):
 
 
 def write_json(path: str, doc: dict) -> None:
-    try:
-        with click.open_file(path, "w") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
-    except BrokenPipeError:
-        raise   # `--json - | head`: cli.main exits quietly
-    except OSError as e:
-        raise FileProblem(f"cannot write {path}: {e.strerror}") from None
+    """Through output/jsonio.py: every write error is one line, exit 5."""
+    from futextrace.output.jsonio import open_output
+    open_output(path).write_json(doc, indent=2)
 
 
 def format_result(r: dict) -> str:

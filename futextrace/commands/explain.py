@@ -46,6 +46,6 @@ def command(pid, duration, json_path, quiet, command):
     if text_wanted(json_path, quiet):
         click.echo(render(expl))
     if json_out:
-        write_json(json_out, {"explanation": expl, "recording": rec})
+        json_out.write_json({"explanation": expl, "recording": rec})
     if rec.get("error"):
         raise TargetError(rec["error"])

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import click
 
-from futextrace.errors import EXIT_CODES_HELP, TargetError
+from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
 from futextrace.commands.options import json_option, text_wanted
-from futextrace.output.jsonio import open_output, write_json
+from futextrace.output import jsonio
 
 EXAMPLES = """\b
 Examples:
@@ -41,10 +41,13 @@ Examples:
 @click.option("--exact-prctl", is_flag=True,
               help="tracepoint method: hook prctl's exit for exact PR_FUTEX_HASH results and pivot times, "
                    "at a cost on every syscall (~12 ns measured); without it they are inferred")
+@click.option("--rt-priority", type=int, metavar="N",
+              help="run the tracer itself under SCHED_FIFO priority N (1-99), for when real-time "
+                   "threads hold every CPU; the traced command keeps its normal policy")
 @click.option("-q", "--quiet", is_flag=True, help="no text summary (with --json)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,
-            json_path, method, max_futexes, exact_prctl, quiet, command):
+            json_path, method, max_futexes, exact_prctl, rt_priority, quiet, command):
     """Trace futex hash lookups, refcount traffic and resizes.
 
     With -- COMMAND, starts the command and traces it (and processes it forks)
@@ -52,16 +55,40 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     every process until Ctrl-C or --duration."""
     from futextrace.record.recorder import RecordOptions, record_command, record_pids
     from futextrace.output.render import render_text
-    json_out = open_output(json_path) if json_path else None
-    jsonl = open_output(jsonl_path) if jsonl_path else None
+    if not quiet or interval or "-" in (json_path, jsonl_path):
+        jsonio.require_stdout()
+    jsonio.guard_closed_stdout()
+    json_out = jsonio.open_output(json_path) if json_path else None
+    jsonl = jsonio.open_output(jsonl_path) if jsonl_path else None
+    if rt_priority is not None:
+        from futextrace.record.startup import set_rt_priority
+        set_rt_priority(rt_priority)
     opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
                          max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
                          exact_prctl=exact_prctl)
     rec = record_command(list(command), opts) if command else record_pids(opts)
-    if text_wanted(json_path, quiet):
-        click.echo(render_text(rec))
-    if json_out:
-        write_json(json_out, rec)
+    # A write error during the run ended it early: keep what was recorded
+    # (the JSON first, then the summary), then report the error.
+    output_error = rec.pop("output_error", None)
+    _say_command_status(rec.get("command"))
+    try:
+        if json_out:
+            json_out.write_json(rec)
+        if text_wanted(json_path, quiet):   # `--json -` stays parseable
+            jsonio.echo(render_text(rec))
+    except FileProblem:
+        if output_error is None:
+            raise
+    if output_error is not None:
+        raise FileProblem(output_error)
     if rec.get("error"):
         raise TargetError(rec["error"])
+
+
+def _say_command_status(cmd: dict | None) -> None:
+    """Like strace: a command that failed says so (its status is also in the JSON)."""
+    status = (cmd or {}).get("exit_status")
+    if status and not cmd.get("stopped_by_futextrace"):
+        how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        click.echo(f"futextrace: {cmd['argv'][0]} {how}", err=True)

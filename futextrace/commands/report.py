@@ -18,7 +18,7 @@ Examples:
 
 
 @click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
               help="write PNG pictures into this directory (created if missing)")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
@@ -31,7 +31,8 @@ def command(file, plot_dir, html_path, quiet):
     rec = load_recording(file)
     text = render_text(rec)
     if not quiet:
-        click.echo(text)
+        from futextrace.output.jsonio import echo
+        echo(text)
     images = []
     if plot_dir or html_path:
         from futextrace.output.plots_recording import plot_recording

@@ -146,6 +146,20 @@ class KernelModel:
             d["topology"] = self.topology.to_dict()
         return json.loads(json.dumps(d))   # tuples -> lists
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelModel":
+        """The model `to_dict` wrote (kernel/modelcache.py keeps one per boot)."""
+        d = dict(d)
+        d["functions"] = {name: FuncInfo(**{**f, "params": [tuple(p) for p in f["params"]]})
+                          for name, f in d["functions"].items()}
+        if d["global_hash"] is not None:
+            d["global_hash"] = GlobalHash(**d["global_hash"])
+        if d["topology"] is not None:
+            t = dict(d["topology"])
+            t["cpu_node"] = {int(k): v for k, v in t["cpu_node"].items()}
+            d["topology"] = topo_mod.Topology(**t)
+        return cls(**d)
+
 
 def _open_btf(btf_path: str | None) -> TypeSource:
     path = btf_path or VMLINUX_BTF
@@ -172,7 +186,8 @@ def _symbols(btf: TypeSource, kallsyms_path: str | None, live: bool) -> tuple[Ka
         return Kallsyms(syms), "digest"
     if live:
         try:
-            return Kallsyms.from_file("/proc/kallsyms"), "kallsyms"
+            # Every symbol the model asks about has "futex" in its name.
+            return Kallsyms.from_file("/proc/kallsyms", containing="futex"), "kallsyms"
         except OSError:
             pass
     # pahole emits BTF FUNCs only for functions with a symbol: a fair stand-in.

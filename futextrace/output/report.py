@@ -8,6 +8,7 @@ from pathlib import Path
 
 from futextrace.record.aggregate import SCHEMA, SCHEMA_VERSION
 from futextrace.errors import FileProblem
+from futextrace.output.jsonio import read_bounded
 
 # Keys render_text() needs; a file without them cannot be rendered.
 REQUIRED = ("method", "totals", "duration_s", "processes", "per_cpu", "per_node", "refcount", "resizes")
@@ -17,11 +18,7 @@ def load_recording(path: str) -> dict:
     """The recording in `path`, or a FileProblem that says why it is not one."""
     def not_rec(why: str) -> FileProblem:
         return FileProblem(f"{path} is not a futextrace recording ({why})")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise FileProblem(f"cannot read {path}: {e.strerror}")
+    data = read_bounded(path, "futextrace recording")
     try:
         rec = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -120,11 +120,13 @@ class IntervalReporter:
         return row
 
     def show(self, row: dict) -> None:
-        out = self.out or sys.stdout
+        """Print the interval; outputs are output/jsonio.Output, so a write error is
+        a FileProblem the recorder turns into the end of the run."""
+        from futextrace.output import jsonio
+        out = self.out or jsonio.stdout_output()
         text = "\n".join(render(row, row["processes"], self.timestamps))
-        if out.isatty():
+        if out.file.isatty():
             text = CLEAR + text   # redraw in place, like top
-        print(text, file=out, flush=True)
+        out.write(text + "\n")
         if self.jsonl:
-            self.jsonl.write(json.dumps(row) + "\n")
-            self.jsonl.flush()
+            self.jsonl.write_jsonl(row)

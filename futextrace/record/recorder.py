@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 
-from futextrace.errors import EnvironmentProblem, KernelRefused, UsageError
-from futextrace.kernel import model as kmodel
+from futextrace.errors import EnvironmentProblem, FileProblem, KernelRefused, UsageError
+from futextrace.kernel import modelcache
 from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import choose_method, refuse_unserved
-from futextrace.record import targets
+from futextrace.record import startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
 
@@ -42,9 +43,10 @@ class RecordOptions:
     method: str = "auto"
     max_futexes: int | None = None    # None: loader.default_max_futexes()
     timestamps: bool = False
-    jsonl: object | None = None       # file object for per-interval JSON lines
-    live_out: object | None = None    # where per-interval text goes (None: stdout)
+    jsonl: object | None = None       # output/jsonio.Output for per-interval JSON lines
+    live_out: object | None = None    # output/jsonio.Output for per-interval text (None: stdout)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
+    announce: bool = True             # say "Tracing..." on stderr once attached
 
 
 class Recorder:
@@ -55,7 +57,13 @@ class Recorder:
             raise UsageError("-i/--interval must be more than 0 seconds")
         refuse_unserved(opts.method)
         self.opts = opts
-        self.model = model or kmodel.load()
+        # Setup time, reported as attach_s: the process's own start counts for
+        # the first recorder of a process only (bench and sweep make several).
+        self.timings = {"startup": round(startup.process_age(), 3) if _first_in_process() else 0.0}
+        t0 = time.monotonic()
+        self.model, self.model_cached = (model, False) if model else modelcache.load_running()
+        self.timings["model"] = round(time.monotonic() - t0, 3)
+        self._setup_t0 = t0
         if not self.model.private_hash:
             raise EnvironmentProblem("this kernel has no futex private hash (CONFIG_FUTEX_PRIVATE_HASH, "
                                      "Linux 6.17+): nothing for futextrace to show")
@@ -70,6 +78,7 @@ class Recorder:
         self.t0_ns = 0
         self.comms: dict[int, str] = {}
         self._stop = False
+        self.output_error: str | None = None   # a write error that ended the run early
         self._thread_events = 0
         self.thread_events_dropped = 0
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
@@ -87,8 +96,12 @@ class Recorder:
                                    exact_prctl=self.opts.exact_prctl)
         self.maps = MapReader(self.program)
         self.program.bpf["events"].open_ring_buffer(self._on_event)
+        self.timings.update(self.program.timings)
+        self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
         self.t0_ns = time.monotonic_ns()
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        if self.opts.announce:
+            print("Tracing futex hash lookups... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
 
     def stop(self, *_):
         self._stop = True
@@ -142,7 +155,11 @@ class Recorder:
                 self.program.bpf.ring_buffer_poll(POLL_MS)
                 now = time.monotonic()
                 if next_tick and now >= next_tick:
-                    self._interval_report(now - start)
+                    try:
+                        self._interval_report(now - start)
+                    except FileProblem as e:   # keep what was recorded: end the run here
+                        self.output_error = str(e)
+                        break
                     next_tick += self.opts.interval
                 if self.opts.duration and now - start >= self.opts.duration:
                     break
@@ -206,7 +223,26 @@ class Recorder:
             self.comms.setdefault(pid, targets.comm_of(pid))
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
+        rec["attach_s"] = self.attach_s
+        rec["attach_phases_s"] = dict(self.timings)
+        rec["kernel"]["model_cached"] = self.model_cached
         return rec
+
+
+_setups = 0
+
+
+def _first_in_process() -> bool:
+    global _setups
+    _setups += 1
+    return _setups == 1
+
+
+def _keep_output_error(rec: Recorder, result: dict) -> None:
+    """Hand a write error that ended the run to the command, which writes what
+    was recorded before reporting it (not part of the recording itself)."""
+    if rec.output_error:
+        result["output_error"] = rec.output_error
 
 
 def record_pids(opts: RecordOptions, model=None) -> dict:
@@ -215,13 +251,15 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
         targets.check_pid(pid)
     for tid in opts.tids:
         targets.check_tid(tid)
-    rec = Recorder(opts, model)
-    rec.start()
+    with startup.SlowStartWatch():
+        rec = Recorder(opts, model)
+        rec.start()
     try:
         def one_gone() -> bool:
             return not all(targets.alive(p) for p in opts.pids)
         duration = rec.run(until=one_gone if opts.pids else None)
         result = rec.recording(duration)
+        _keep_output_error(rec, result)
         gone = [p for p in opts.pids if not targets.alive(p)]
     finally:
         rec.close()
@@ -235,18 +273,22 @@ def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
     child = targets.StoppedChild(argv)   # forked, waits for go() before exec
     try:
         opts.pids = [child.pid] + list(opts.pids)
-        rec = Recorder(opts, model)
-        rec.start()
+        with startup.SlowStartWatch():
+            rec = Recorder(opts, model)
+            rec.start()
     except BaseException:
         child.kill()
         raise
     try:
         child.go()
         duration = rec.run(until=child.exited)
-        if not child.exited():
+        stopped = not child.exited()     # the run ended first (duration, signal, write error)
+        if stopped:
             child.kill()
         result = rec.recording(duration)
-        result["command"] = {"argv": argv, "pid": child.pid, "exit_status": child.status()}
+        _keep_output_error(rec, result)
+        result["command"] = {"argv": argv, "pid": child.pid, "exit_status": child.status(),
+                             "stopped_by_futextrace": stopped}
         result["command"]["stdout_tail"] = child.output_tail()
     finally:
         rec.close()

@@ -3,8 +3,9 @@ held before exec() so the tracer is attached before its first instruction."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
-import tempfile
+import threading
 
 from futextrace.errors import TargetError
 
@@ -48,6 +49,24 @@ def check_pid(pid: int) -> None:
         raise TargetError(f"{pid} is a thread of process {tgid}: use -p {tgid}, or --tid {pid}")
 
 
+def _check_runnable(cmd: str) -> None:
+    """Fail before anything is compiled or attached when the command is
+    plainly missing (exec() itself reports the rarer failures)."""
+    if "/" in cmd:
+        ok, why = os.path.isfile(cmd) and os.access(cmd, os.X_OK), "no such executable file"
+    else:
+        ok, why = shutil.which(cmd) is not None, "not found in $PATH"
+    if not ok:
+        raise TargetError(f"cannot start {cmd!r}: {why}")
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return os.isatty(1)
+    except OSError:
+        return False
+
+
 def check_tid(tid: int) -> None:
     if tid <= 0 or not os.path.exists(f"/proc/{tid}") or not alive(tid):
         raise TargetError(f"no thread with TID {tid}")
@@ -62,16 +81,67 @@ def cgroup_id(path: str) -> int:
     return os.stat(full).st_ino
 
 
+TAIL_BYTES = 4096   # of the command's stdout kept for the recording
+
+
+class StdoutTee:
+    """The command's stdout, passed on to ours as it comes, with its last
+    TAIL_BYTES kept. Used when our stdout is not a terminal; on a terminal the
+    command writes to it directly (a pipe would make its C library buffer
+    whole blocks instead of lines). If our stdout goes away (a closed pipe),
+    the command's pipe is closed too: it gets SIGPIPE as it would without us."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_inheritable(self.read_fd, False)
+        self._tail = bytearray()
+        self.error: OSError | None = None       # why forwarding stopped
+        self._thread = threading.Thread(target=self._pump, daemon=True, name="futextrace-stdout")
+        self._thread.start()
+
+    def _pump(self):
+        try:
+            while chunk := os.read(self.read_fd, 65536):
+                self._tail += chunk
+                del self._tail[:-TAIL_BYTES]
+                self._forward(chunk)
+                if self.error is not None:
+                    break
+        finally:
+            os.close(self.read_fd)
+
+    def _forward(self, chunk: bytes):
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(1, view):]
+        except OSError as e:
+            self.error = e
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Wait for the rest of the output (a daemon the command left behind
+        may hold the pipe open: then give up after `timeout`)."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+        self._thread.join(timeout)
+
+    def tail(self) -> str:
+        return bytes(self._tail).decode(errors="replace")
+
+
 class StoppedChild:
     """fork() now, exec() when go() is called: the tracer attaches in between.
+    The command's stdout and stderr reach ours untouched (see StdoutTee).
     A command that cannot be started is reported as a TargetError."""
 
     def __init__(self, argv: list[str]):
         if not argv:
             raise TargetError("no command given after --")
         self.argv = argv
+        _check_runnable(argv[0])
         self._status = None
-        self._out = tempfile.TemporaryFile()
+        self._tee = None if _stdout_is_terminal() else StdoutTee()
         go_r, self._go_w = os.pipe()
         err_r, err_w = os.pipe()
         os.set_inheritable(err_w, False)
@@ -81,7 +151,12 @@ class StoppedChild:
                 os.close(self._go_w)
                 os.close(err_r)
                 os.read(go_r, 1)
-                os.dup2(self._out.fileno(), 1)
+                if self._tee is not None:
+                    os.dup2(self._tee.write_fd, 1)
+                    os.close(self._tee.write_fd)
+                # Python ignores these; the command gets the defaults it would get from a shell.
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
                 os.execvp(argv[0], argv)
             except BaseException as e:
                 os.write(err_w, (getattr(e, "strerror", None) or str(e)).encode())
@@ -90,6 +165,9 @@ class StoppedChild:
         os.close(go_r)
         os.close(err_w)
         self._err_r = err_r
+        if self._tee is not None:
+            os.close(self._tee.write_fd)     # the child holds it now: EOF when it exits
+            self._tee.write_fd = -1
 
     def go(self):
         os.write(self._go_w, b"x")
@@ -117,12 +195,13 @@ class StoppedChild:
     def status(self):
         return self._status
 
-    def output(self) -> str:
-        self._out.seek(0)
-        return self._out.read().decode(errors="replace")
-
-    def output_tail(self, n: int = 4096) -> str:
-        return self.output()[-n:]
+    def output_tail(self) -> str | None:
+        """The last TAIL_BYTES of the command's stdout, once it has exited;
+        None when it wrote straight to our terminal."""
+        if self._tee is None:
+            return None
+        self._tee.finish()
+        return self._tee.tail()
 
     def kill(self):
         if not self.exited():

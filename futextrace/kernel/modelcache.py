@@ -1,0 +1,100 @@
+"""The running kernel's model, kept for the rest of the boot.
+
+Building it (model.load) reads BTF, kallsyms and the boot log and runs a clone
+probe: 1.3-2.7 s measured on the 2-CPU build machines, most of `record`'s start.
+None of it changes until the next boot or another kernel BTF, so one copy is
+kept under $FUTEXTRACE_CACHE/model, keyed by the boot id, a hash of
+/sys/kernel/btf/vmlinux and of the code that builds the model. The CPU
+topology (hotplug) is read fresh every time.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from futextrace import __version__
+from futextrace.kernel import model as kmodel
+from futextrace.kernel import topology
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+KEEP = 16   # models kept (one per boot and kernel: VM guests add theirs); older ones go
+# Modules whose code decides what the model holds: a change to them is a new key.
+_MODEL_CODE = ("model.py", "btf.py", "kallsyms.py", "topology.py", "jhash.py")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace")) / "model"
+
+
+def cache_key(btf_path: str = kmodel.VMLINUX_BTF) -> str | None:
+    """sha256 of (boot id, BTF, model code, version); None when one is unreadable."""
+    h = hashlib.sha256(__version__.encode())
+    here = Path(__file__).parent
+    try:
+        h.update(BOOT_ID.read_bytes())
+        h.update(Path(btf_path).read_bytes())
+        for name in _MODEL_CODE:
+            h.update((here / name).read_bytes())
+    except OSError:
+        return None
+    return h.hexdigest()[:32]
+
+
+def _read(path: Path) -> kmodel.KernelModel | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)        # a model is ~10 KB; never read more than this
+        model = kmodel.KernelModel.from_dict(json.loads(data))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None                       # missing or damaged: build it again
+    model.topology = topology.read()
+    return model
+
+
+def _write(path: Path, model: kmodel.KernelModel) -> None:
+    """Write to a temporary name and rename, so a reader never sees half a file.
+    A cache that cannot be written only costs the next run its speed."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".model.", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(model.to_dict(), f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return
+    _prune(path.parent)
+
+
+def _prune(directory: Path) -> None:
+    """Keep the KEEP most recently written models."""
+    try:
+        models = sorted(directory.glob("[!.]*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in models[KEEP:]:
+            old.unlink()
+    except OSError:
+        pass   # another run pruned at the same time
+
+
+def load_running() -> tuple[kmodel.KernelModel, bool]:
+    """(model of the running kernel, whether it came from the cache)."""
+    key = cache_key()
+    path = cache_dir() / f"{key}.json" if key else None
+    if path is not None:
+        model = _read(path)
+        if model is not None:
+            return model, True
+    model = kmodel.load()
+    if path is not None:
+        _write(path, model)
+    return model, False
