@@ -13,11 +13,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+import progress
 import vmkernels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,10 +35,12 @@ export FUTEXTRACE_CACHE={cache} PYTHONDONTWRITEBYTECODE=1
 export FUTEXTRACE_VM_CPUS={cpus} FUTEXTRACE_VM_NODES={nodes}
 echo "guest: $(uname -r), $(nproc) cpus, nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
 cp /sys/kernel/btf/vmlinux {out}/vmlinux.btf && uname -r > {out}/release
+export FUTEXTRACE_PROGRESS={out}/progress.log PYTHONPATH={repo}/tests/vm
 rc=99
 if cd {repo}; then
-    timeout {pytest_timeout} {python} -m pytest {tests} -m root -p no:cacheprovider -ra --durations=10 \\
-        --junitxml={out}/junit.xml {pytest_args}
+    # SIGINT first: pytest then still writes junit.xml with what it has.
+    timeout -s INT -k 60 {pytest_timeout} {python} -m pytest {tests} -m root -p no:cacheprovider \\
+        -p progress -ra --durations=15 --junitxml={out}/junit.xml {pytest_args}
     rc=$?
 else
     echo "guest: the checkout {repo} is not visible in the guest"
@@ -86,6 +90,10 @@ class GuestRun:
                 out.append(f"{case.get('classname')}::{case.get('name')}: {' '.join(first)[:200]}")
         return out
 
+    def progress_log(self) -> progress.Progress | None:
+        """The in-guest tests' start/finish lines (tests/vm/progress.py), even after a timeout."""
+        return progress.read_progress(self.out / "progress.log")
+
     def kernel_log(self) -> str:
         """dmesg.txt, or the console in vng.log when the guest died before writing it."""
         return self.text("dmesg.txt") or self.text("vng.log") or ""
@@ -118,9 +126,9 @@ def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[
 def boot(spec, pytest_args: str = "", log=print) -> GuestRun:
     cache = vmkernels.cache_root()
     kernel = vmkernels.fetch(spec.series, log=log)
-    out = cache / "vm-runs" / spec.id
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    # A directory of its own: several checkouts may share the cache and boot the same spec.
+    (cache / "vm-runs").mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f"{spec.id}-", dir=cache / "vm-runs"))
     (out / "run.sh").write_text(GUEST_SCRIPT.format(
         out=out, cache=cache, repo=REPO, python=sys.executable, pytest_args=pytest_args,
         tests=os.environ.get("FUTEXTRACE_VM_TESTS", GUEST_TESTS),
