@@ -76,6 +76,14 @@ def in_vm_guest() -> bool:
     return bool(os.environ.get("FUTEXTRACE_IN_VM"))
 
 
+@pytest.fixture(scope="session")
+def kernel_model():
+    """futextrace's kernel model, loaded once per session (BTF and kallsyms scans
+    take tens of seconds under QEMU/TCG)."""
+    from futextrace.kernel import model as kmodel
+    return kmodel.load()
+
+
 # --- commands ---------------------------------------------------------------------
 def cli(*args, user: int | None = None, env: dict | None = None, timeout: float = 300):
     """Run `futextrace ARGS` from the checkout; `user` drops root first (setpriv)."""

@@ -18,7 +18,6 @@ import time
 
 import pytest
 
-from futextrace.kernel import model as kmodel
 from futextrace.kernel.jhash import auto_buckets
 from futextrace.workload.build import workload_path
 from tests.host.conftest import FT
@@ -36,8 +35,8 @@ def online_cpus() -> int:
 
 
 @pytest.fixture(scope="module")
-def inputs():
-    return {"cpus": online_cpus(), "gsize": kmodel.load().global_hash.buckets_per_node}
+def inputs(kernel_model):
+    return {"cpus": online_cpus(), "gsize": kernel_model.global_hash.buckets_per_node}
 
 
 def max_threads(inputs) -> int:
