@@ -10,11 +10,13 @@ CI boots one kernel of each private-hash layout: 6.18 (`hb->priv`, futex_hash
 returns a pointer) and 7.3 (struct futex_bucket_ref by value), side by side.
 FUTEXTRACE_VM_KERNELS selects: unset = those two (CI), "all" = the matrix,
 "none" = no guests, or a comma list of series ("6.18,7.3").
+FUTEXTRACE_VM_TIMEOUT_S overrides each guest's time limit (a machine busy with
+other work runs single-threaded TCG guests several times slower).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ CI = [MATRIX[1], NEWEST]     # one kernel per layout: pointer + hb->priv, bucket
 
 
 def selected() -> list[GuestSpec]:
+    limit = int(os.environ.get("FUTEXTRACE_VM_TIMEOUT_S", "0"))
+    return [replace(s, timeout_s=limit) if limit > 0 else s for s in _selected()]
+
+
+def _selected() -> list[GuestSpec]:
     want = os.environ.get("FUTEXTRACE_VM_KERNELS", "").strip()
     if not want:
         return list(CI)

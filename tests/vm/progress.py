@@ -91,16 +91,18 @@ def parse_progress(text: str) -> Progress:
     """Tolerates a torn last line (the guest may die mid-write)."""
     prog, started = Progress(), {}
     for line in text.splitlines():
-        parts = line.split(" ", 3)
+        kind = line.split(" ", 1)[0]
+        # A node ID may hold spaces (parametrize IDs): split off only the fields before it.
+        parts = line.split(" ", {"session": 1, "start": 2, "end": 3}.get(kind, 0))
         try:
             t = float(parts[1])
         except (IndexError, ValueError):
             continue
-        if parts[0] == "session" and len(parts) == 2:
+        if kind == "session" and len(parts) == 2:
             prog.session_start = t
-        elif parts[0] == "start" and len(parts) == 3:
+        elif kind == "start" and len(parts) == 3:
             started[parts[2]] = t
-        elif parts[0] == "end" and len(parts) == 4:
+        elif kind == "end" and len(parts) == 4:
             t0 = started.pop(parts[3], t)
             prog.finished.append((parts[3], parts[2], t - t0))
     prog.running = sorted(started.items(), key=lambda kv: kv[1])

@@ -21,14 +21,17 @@ def test_finished_and_running_tests():
             "end 103.5 passed tests/host/a.py::test_one\n"
             "start 104.0 tests/host/a.py::test_two[x]\n"
             "end 104.0 skipped tests/host/a.py::test_two[x]\n"
-            "start 110.0 tests/host/b.py::test_hangs\n")
+            "start 105.0 tests/host/b.py::test_bad[args3-cannot start]\n"
+            "end 106.0 passed tests/host/b.py::test_bad[args3-cannot start]\n"
+            "start 110.0 tests/host/b.py::test_hangs[a b]\n")
     p = progress.parse_progress(text)
     assert p.finished == [("tests/host/a.py::test_one", "passed", 2.5),
-                          ("tests/host/a.py::test_two[x]", "skipped", 0.0)]
-    assert p.hung() == "tests/host/b.py::test_hangs (started 10 s into the run, never finished)"
+                          ("tests/host/a.py::test_two[x]", "skipped", 0.0),
+                          ("tests/host/b.py::test_bad[args3-cannot start]", "passed", 1.0)]
+    assert p.hung() == "tests/host/b.py::test_hangs[a b] (started 10 s into the run, never finished)"
     assert p.slowest(1) == [("tests/host/a.py::test_one", "passed", 2.5)]
-    assert p.summary() == ("tests finished: 1 passed, 1 skipped; still running: "
-                           "tests/host/b.py::test_hangs (started 10 s into the run, never finished)")
+    assert p.summary() == ("tests finished: 2 passed, 1 skipped; still running: "
+                           "tests/host/b.py::test_hangs[a b] (started 10 s into the run, never finished)")
 
 
 def test_torn_last_line_and_clean_end():

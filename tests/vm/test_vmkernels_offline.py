@@ -76,3 +76,10 @@ def test_ci_boots_one_kernel_of_each_layout(monkeypatch):
     assert kernels.selected() == []
     monkeypatch.setenv("FUTEXTRACE_VM_KERNELS", "all")
     assert len(kernels.selected()) == len(kernels.MATRIX)
+
+
+def test_time_limit_override(monkeypatch):
+    monkeypatch.setenv("FUTEXTRACE_VM_KERNELS", "6.18,7.3")
+    assert [s.timeout_s for s in kernels.selected()] == [kernels.GuestSpec("x").timeout_s] * 2
+    monkeypatch.setenv("FUTEXTRACE_VM_TIMEOUT_S", "3600")
+    assert [(s.series, s.timeout_s) for s in kernels.selected()] == [("6.18", 3600), ("7.3", 3600)]

@@ -65,6 +65,7 @@ class GuestRun:
     out: Path               # the shared directory
     wall_s: float
     vng_rc: int             # informational only (see module doc)
+    cpu_s: float = 0.0      # host CPU the guest used: its wall time on a CPU of its own
 
     def text(self, name: str) -> str | None:
         p = self.out / name
@@ -140,8 +141,11 @@ def boot(spec, pytest_args: str = "", log=print) -> GuestRun:
     log("guest: " + shlex.join(cmd))
     t0 = time.monotonic()
     with open(out / "vng.log", "wb") as vlog:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=vlog, stderr=subprocess.STDOUT, env=env)
-    run = GuestRun(kernel, out, time.monotonic() - t0, p.returncode)
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=vlog, stderr=subprocess.STDOUT, env=env)
+        # wait4: the CPU time of this guest alone (QEMU included), whatever else the host runs.
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    run = GuestRun(kernel, out, time.monotonic() - t0, p.returncode, usage.ru_utime + usage.ru_stime)
     _keep_btf(run, cache)
     RUNS.append((spec.id, run))
     return run
