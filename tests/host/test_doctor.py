@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import KPROBE_PMU, VMLINUX, cli, in_vm_guest, kernel_symbols, needs_bpf, \
-    one_line_error
+from tests.host.conftest import KPROBE_PMU, VMLINUX, cli, in_vm_guest, kernel_symbols, limit, \
+    needs_bpf, one_line_error
 
 pytestmark = [pytest.mark.root, needs_bpf]
 
@@ -288,7 +288,7 @@ def test_not_root_is_one_line():
     try:
         r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                             "--inh-caps=-all", "/usr/bin/python3", "-m", "futextrace.cli", "doctor"],
-                           capture_output=True, text=True, timeout=120, cwd=top,
+                           capture_output=True, text=True, timeout=limit(120), cwd=top,
                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(top)})
     finally:
         shutil.rmtree(top, ignore_errors=True)

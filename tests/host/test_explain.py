@@ -20,7 +20,7 @@ import pytest
 
 from futextrace.kernel.jhash import auto_buckets
 from futextrace.workload.build import workload_path
-from tests.host.conftest import FT
+from tests.host.conftest import FT, limit
 
 pytestmark = pytest.mark.root
 
@@ -55,7 +55,7 @@ def explained(tmp_path_factory, inputs):
         f"-o {tmp / name}.jsonl' >/dev/null" for name, args in scenarios.items())
     out = tmp / "explain.json"
     p = subprocess.run([*FT, "explain", "-q", "--json", str(out), "--", "sh", "-c", script],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=limit(600))
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     data = json.loads(out.read_text())
@@ -151,7 +151,7 @@ def test_snapshot(tmp_path):
         time.sleep(0.5)
         out = tmp_path / "snap.json"
         p = subprocess.run([*FT, "snapshot", "-p", str(bench.pid), "-p", str(idle.pid), "-d", "1",
-                            "--json", str(out)], capture_output=True, text=True, timeout=300)
+                            "--json", str(out)], capture_output=True, text=True, timeout=limit(300))
         assert p.returncode == 0, p.stderr
         rows = {r["pid"]: r for r in json.loads(out.read_text())["processes"]}
         assert (rows[bench.pid]["buckets"], rows[bench.pid]["kind"], rows[bench.pid]["mode"]) == \

@@ -22,8 +22,8 @@ import pytest
 
 from futextrace.kernel.jhash import auto_buckets, private_bucket
 from futextrace.workload.build import workload_path
-from tests.host.conftest import FT, KPROBE_PMU, in_vm_guest, kprobes_missing, new_programs_left, prog_ids, \
-    require_kprobes
+from tests.host.conftest import FT, KPROBE_PMU, in_vm_guest, kprobes_missing, limit, new_programs_left, \
+    prog_ids, require_kprobes
 
 pytestmark = pytest.mark.root
 
@@ -32,7 +32,7 @@ def record(tmp_path, *args, env=None) -> tuple[dict, subprocess.CompletedProcess
     out = tmp_path / "rec.json"
     before = prog_ids()
     p = subprocess.run([*FT, "record", "-q", "--json", str(out), *args],
-                       capture_output=True, text=True, timeout=600,
+                       capture_output=True, text=True, timeout=limit(600),
                        env=None if env is None else {**os.environ, **env})
     assert new_programs_left(before) == set(), "BPF programs left attached"
     assert "Traceback" not in p.stderr

@@ -38,9 +38,11 @@ cp /sys/kernel/btf/vmlinux {out}/vmlinux.btf && uname -r > {out}/release
 export FUTEXTRACE_PROGRESS={out}/progress.log PYTHONPATH={repo}/tests/vm
 rc=99
 if cd {repo}; then
-    # SIGINT first: pytest then still writes junit.xml with what it has.
+    # SIGINT first: pytest then still writes junit.xml with what it has. One limit for
+    # the run, not 600 s per test: a shared recording's fixture may take minutes on a
+    # busy host, and progress.log names the test that was running when time ran out.
     timeout -s INT -k 60 {pytest_timeout} {python} -m pytest {tests} -m root -p no:cacheprovider \\
-        -p progress -ra --durations=15 --junitxml={out}/junit.xml {pytest_args}
+        -p progress -ra --durations=15 --timeout={pytest_timeout} --junitxml={out}/junit.xml {pytest_args}
     rc=$?
 else
     echo "guest: the checkout {repo} is not visible in the guest"
