@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, lints, then runs the whole test suite: unit tests, tests that load
-# real BPF programs into this kernel, and the VM tests on the newest Debian kernel.
+# real BPF programs into this kernel, and the VM tests: one Debian kernel of each
+# futex private-hash layout (6.18 and 7.3, side by side; see tests/vm/kernels.py).
 #   ./test.sh                 what CI runs
 #   ./test.sh --all-kernels   the full VM kernel matrix (see tests/vm/kernels.py)
 set -euo pipefail

@@ -1,19 +1,14 @@
 """`futextrace bench` and `sweep` end to end (untraced: no root, no BPF), and their errors."""
-import ctypes
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from futextrace.bench import sweep
 from futextrace.errors import UsageError
-
-needs_private_hash = pytest.mark.skipif(
-    ctypes.CDLL(None, use_errno=True).prctl(78, 2, 0, 0, 0) < 0,   # PR_FUTEX_HASH GET_SLOTS
-    reason="kernel has no PR_FUTEX_HASH")
+from tests.host.conftest import cli as run_cli
+from tests.host.conftest import needs_private_hash, one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -22,16 +17,7 @@ def env(tmp_path_factory):
 
 
 def cli(env, *args):
-    return subprocess.run([sys.executable, "-m", "futextrace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=120)
-
-
-def one_line_error(res, code):
-    assert res.returncode == code, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("futextrace: error: "), res.stderr
-    return lines[0]
+    return run_cli(*args, env=env, timeout=120)
 
 
 @needs_private_hash

@@ -4,12 +4,16 @@ The scenario workload reads PR_FUTEX_HASH_GET_SLOTS after every step; the
 explanation of the same step must end at that bucket count and state the
 formula with this machine's inputs (online CPUs from /sys, the global hash
 size). Nothing here assumes a CPU count: the VM harness runs it with 4+ CPUs.
+
+One `explain` run covers every scenario (a BPF compile takes minutes under
+QEMU/TCG): a shell script runs them one after another, each as its own
+process that writes its PID and its step lines to files of its own.
 """
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,9 +21,9 @@ import pytest
 from futextrace.kernel import model as kmodel
 from futextrace.kernel.sizing import auto_buckets
 from futextrace.workload.build import workload_path
+from tests.host.conftest import FT, limit
 
 pytestmark = pytest.mark.root
-FT = [sys.executable, "-m", "futextrace.cli"]
 
 
 def online_cpus() -> int:
@@ -32,23 +36,38 @@ def online_cpus() -> int:
 
 
 @pytest.fixture(scope="module")
-def inputs():
-    return {"cpus": online_cpus(), "gsize": kmodel.load().global_hash.buckets_per_node}
+def inputs(kernel_model):
+    return {"cpus": online_cpus(), "gsize": kernel_model.global_hash.buckets_per_node}
 
 
-def explain(tmp_path, scenario: str, *args) -> tuple[dict, list[dict]]:
-    out, lines = tmp_path / "explain.json", tmp_path / "steps.jsonl"
-    p = subprocess.run([*FT, "explain", "-q", "--json", str(out), "--", str(workload_path("scenario")),
-                        scenario, "-o", str(lines), *args], capture_output=True, text=True, timeout=300)
+def max_threads(inputs) -> int:
+    return min(max(4, 2 * inputs["cpus"]), 64)   # past the CPU count: the formula saturates
+
+
+@pytest.fixture(scope="module")
+def explained(tmp_path_factory, inputs):
+    """{scenario: (explanation data, its process's steps, the workload's lines)} of one run."""
+    tmp = tmp_path_factory.mktemp("explain")
+    scenarios = {"threads": ["-t", str(max_threads(inputs))], "custom": ["-b", "64", "-t", "4"],
+                 "global": ["-t", "4"], "noresize": []}
+    scenario = str(workload_path("scenario"))
+    script = "set -e\n" + "\n".join(
+        f"sh -c 'echo $$ > {tmp / name}.pid; exec {shlex.join([scenario, name, *args])} "
+        f"-o {tmp / name}.jsonl' >/dev/null" for name, args in scenarios.items())
+    out = tmp / "explain.json"
+    p = subprocess.run([*FT, "explain", "-q", "--json", str(out), "--", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=limit(600))
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     data = json.loads(out.read_text())
-    return data, [json.loads(l) for l in lines.read_text().splitlines()]
-
-
-def main_process(data: dict) -> dict:
-    pid = data["recording"]["command"]["pid"]
-    return next(p for p in data["explanation"]["processes"] if p["pid"] == pid)
+    assert data["recording"]["command"]["exit_status"] == 0, data["recording"]["command"]
+    runs = {}
+    for name in scenarios:
+        pid = int((tmp / f"{name}.pid").read_text())
+        lines = [json.loads(ln) for ln in (tmp / f"{name}.jsonl").read_text().splitlines()]
+        proc = next(p for p in data["explanation"]["processes"] if p["pid"] == pid)
+        runs[name] = (data, proc, lines)
+    return runs
 
 
 def check_steps(proc: dict, lines: list[dict], inputs: dict) -> None:
@@ -74,13 +93,8 @@ def check_steps(proc: dict, lines: list[dict], inputs: dict) -> None:
     assert proc["final"]["buckets"] == lines[-1]["slots"]
 
 
-def max_threads(inputs) -> int:
-    return min(max(4, 2 * inputs["cpus"]), 64)   # past the CPU count: the formula saturates
-
-
-def test_threads_in_steps(tmp_path, inputs):
-    data, lines = explain(tmp_path, "threads", "-t", str(max_threads(inputs)))
-    proc = main_process(data)
+def test_threads_in_steps(explained, inputs):
+    data, proc, lines = explained["threads"]
     check_steps(proc, lines, inputs)
     # The kernel's answers follow the formula, growing only.
     expect = 0
@@ -91,18 +105,16 @@ def test_threads_in_steps(tmp_path, inputs):
     assert "resized" in reasons and "big_enough" in reasons
 
 
-def test_custom_size_then_threads(tmp_path, inputs):
-    data, lines = explain(tmp_path, "custom", "-b", "64", "-t", "4")
-    proc = main_process(data)
+def test_custom_size_then_threads(explained, inputs):
+    data, proc, lines = explained["custom"]
     check_steps(proc, lines, inputs)
     assert [s["reason"] for s in proc["steps"] if s["kind"] != "first_seen"] == \
         ["einval", "custom_set", "custom", "custom", "custom"]
     assert proc["final"]["custom"] and lines[-1]["slots"] == 64
 
 
-def test_global_then_ebusy(tmp_path, inputs):
-    data, lines = explain(tmp_path, "global", "-t", "4")
-    proc = main_process(data)
+def test_global_then_ebusy(explained, inputs):
+    data, proc, lines = explained["global"]
     check_steps(proc, lines, inputs)
     assert [l["ret"] for l in lines if l["step"] == "prctl"] == [0, -16]
     assert [s["reason"] for s in proc["steps"] if s["kind"] != "first_seen"] == \
@@ -110,9 +122,8 @@ def test_global_then_ebusy(tmp_path, inputs):
     assert proc["recommendation"] is None or proc["recommendation"]["c_line"] is None
 
 
-def test_clones_that_do_not_resize(tmp_path, inputs):
-    data, lines = explain(tmp_path, "noresize")
-    proc = main_process(data)
+def test_clones_that_do_not_resize(explained, inputs):
+    data, proc, lines = explained["noresize"]
     check_steps(proc, lines, inputs)
     by_tid = {s["tid"]: s for s in proc["steps"] if s.get("tid")}
     fork = next(l for l in lines if l["step"] == "fork")
@@ -141,7 +152,7 @@ def test_snapshot(tmp_path):
         time.sleep(0.5)
         out = tmp_path / "snap.json"
         p = subprocess.run([*FT, "snapshot", "-p", str(bench.pid), "-p", str(idle.pid), "-d", "1",
-                            "--json", str(out)], capture_output=True, text=True, timeout=300)
+                            "--json", str(out)], capture_output=True, text=True, timeout=limit(300))
         assert p.returncode == 0, p.stderr
         rows = {r["pid"]: r for r in json.loads(out.read_text())["processes"]}
         assert (rows[bench.pid]["buckets"], rows[bench.pid]["kind"], rows[bench.pid]["mode"]) == \

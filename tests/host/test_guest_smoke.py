@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.host.conftest import bpf_missing, in_vm_guest, require_kprobes
+
 pytestmark = pytest.mark.root
 
 SYS_futex = 202                 # x86_64
@@ -38,14 +40,10 @@ int kprobe__futex_hash(struct pt_regs *ctx) { count(); return 0; }
 """
 
 
-def expected(method: str) -> bool:
-    return method in os.environ.get("FUTEXTRACE_EXPECT_METHODS", "").split(",")
-
-
 @pytest.fixture(scope="module")
 def BPF():
-    if os.geteuid() != 0:
-        pytest.skip("needs root to load BPF programs")
+    if bpf_missing():
+        pytest.skip(bpf_missing())
     from futextrace.kernel.headers import bcc_environment
     bcc_environment()       # before BCC compiles anything
     from bcc import BPF
@@ -71,32 +69,19 @@ def count_with(BPF, text: str) -> int:
         b.cleanup()
 
 
-def kprobes_missing() -> str | None:
-    if not Path("/sys/bus/event_source/devices/kprobe").exists():
-        return "this kernel has no kprobes (CONFIG_KPROBES unset; the build machines' case)"
-    syms = Path("/proc/kallsyms").read_text()
-    if " futex_hash\n" not in syms:
-        return "futex_hash is not in /proc/kallsyms (inlined or renamed)"
-    return None
-
-
 def test_raw_tracepoint_counts_futex_calls(BPF):
     assert count_with(BPF, RAW_TP) >= CALLS
 
 
 def test_kprobe_on_futex_hash_counts_calls(BPF):
-    why = kprobes_missing()
-    if why:
-        if expected("kprobe"):
-            pytest.fail(f"FUTEXTRACE_EXPECT_METHODS has kprobe, but {why}")
-        pytest.skip(why)
+    require_kprobes()
     # Every FUTEX_WAKE hashes its key once; other futex traffic of this process may add more.
     assert count_with(BPF, KPROBE) >= CALLS
 
 
 def test_vm_guest_topology_is_what_the_host_asked_for():
     """The harness passes FUTEXTRACE_VM_CPUS/_NODES; fake NUMA must really give the nodes."""
-    if not os.environ.get("FUTEXTRACE_IN_VM"):
+    if not in_vm_guest():
         pytest.skip("only inside a VM guest (tests/vm)")
     nodes = len(list(Path("/sys/devices/system/node").glob("node[0-9]*")))
     assert os.cpu_count() == int(os.environ["FUTEXTRACE_VM_CPUS"])

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,28 +17,10 @@ import pytest
 
 from futextrace.errors import EXIT_IO, EXIT_TARGET, EXIT_USAGE
 
-pytestmark = [pytest.mark.root,
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
-              pytest.mark.skipif(not shutil.which("bpftool"), reason="needs bpftool"),
-              pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF")]
+from tests.host.conftest import FT as CLI
+from tests.host.conftest import needs_bpf, programs_left, prog_ids, wait_until
 
-CLI = [sys.executable, "-m", "futextrace.cli"]
-
-
-def prog_ids() -> set[int]:
-    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True,
-                         check=True).stdout
-    return {p["id"] for p in json.loads(out or "[]")}
-
-
-def wait_until(cond, timeout: float, step: float = 0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return cond()
+pytestmark = [pytest.mark.root, needs_bpf]
 
 
 def descendants(pid: int) -> list[int]:
@@ -70,8 +50,8 @@ def workload():
 
 def _no_leftovers(ours: set[int]):
     """The programs our run added are gone (the kernel frees them shortly after the last fd)."""
-    left = wait_until(lambda: not (ours & prog_ids()), timeout=10)
-    assert left, f"BPF programs left attached: {sorted(ours & prog_ids())}"
+    left = programs_left(ours, timeout=10)
+    assert not left, f"BPF programs left attached: {sorted(left)}"
 
 
 def _start(workload, seconds: float, before: set[int]):

@@ -1,13 +1,22 @@
 """`futextrace record` against the real kernel: exact per-bucket counts,
-resizes with their inputs, and nothing left attached."""
+resizes with their inputs, and nothing left attached.
+
+Under QEMU/TCG (tests/vm) each `record` spends minutes compiling its BPF
+program, so the tests share recordings: one `record` per program variant runs
+a shell script that starts every workload those tests need, one after another,
+each writing its own JSON result (with its PID) to a file. Each test then
+asserts on its own workload's process in the shared recording."""
 from __future__ import annotations
 
 import errno
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -15,58 +24,78 @@ from futextrace.kernel import model as kmodel
 from futextrace.kernel.jhash import private_bucket
 from futextrace.kernel.sizing import auto_buckets
 from futextrace.workload.build import workload_path
+from tests.host.conftest import FT, KPROBE_PMU, in_vm_guest, kprobes_missing, limit, new_programs_left, \
+    prog_ids, require_kprobes
 
 pytestmark = pytest.mark.root
-FT = [sys.executable, "-m", "futextrace.cli"]
-
-
-def bpf_prog_ids() -> set[int]:
-    out = subprocess.run(["bpftool", "prog", "list", "-j"], capture_output=True, text=True, check=True)
-    return {p["id"] for p in json.loads(out.stdout)}
-
-
-def leftover_programs(before: set[int]) -> set[int]:
-    """Programs loaded since `before` that are still there a moment later (a
-    program another process is loading right now goes away on its own)."""
-    import time
-    new = bpf_prog_ids() - before
-    for _ in range(5):
-        if not new:
-            break
-        time.sleep(1)
-        new &= bpf_prog_ids()
-    return new
 
 
 def record(tmp_path, *args, env=None) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / "rec.json"
-    before = bpf_prog_ids()
+    before = prog_ids()
     p = subprocess.run([*FT, "record", "-q", "--json", str(out), *args],
-                       capture_output=True, text=True, timeout=300,
+                       capture_output=True, text=True, timeout=limit(600),
                        env=None if env is None else {**os.environ, **env})
-    assert leftover_programs(before) == set(), "BPF programs left attached"
+    assert new_programs_left(before) == set(), "BPF programs left attached"
     assert "Traceback" not in p.stderr
     return (json.loads(out.read_text()) if out.exists() and out.stat().st_size else {}), p
 
 
-def workload_result(rec: dict) -> dict:
-    return json.loads(rec["command"]["stdout_tail"].strip().splitlines()[-1])
+@dataclass
+class Shared:
+    """One recording of several workloads; `results[name]` is a workload's own JSON
+    (futexbench's result, or {"pid", "steps"} of a scenario)."""
+    rec: dict
+    proc: subprocess.CompletedProcess
+    results: dict = field(default_factory=dict)
 
 
-def private_hash_of(rec: dict, buckets: int) -> dict:
-    pid = workload_result(rec)["pid"]
+def record_workloads(tmp_path: Path, record_args: list[str], workloads: dict[str, list[str]],
+                     env=None) -> Shared:
+    """`futextrace record ARGS -- sh -c SCRIPT`, SCRIPT running each workload in turn.
+    A scenario (whose lines carry no PID) writes its PID first, then execs."""
+    lines = ["set -e"]
+    for name, argv in workloads.items():
+        out = tmp_path / name
+        if "scenario" in Path(argv[0]).name:
+            lines.append(f"sh -c 'echo $$ > {out}.pid; exec {shlex.join(argv)} -o {out}.steps' >/dev/null")
+        else:
+            lines.append(f"{shlex.join(argv)} > {out}.json")
+    rec, p = record(tmp_path, *record_args, "--", "sh", "-c", "\n".join(lines), env=env)
+    shared = Shared(rec, p)
+    for name in workloads:
+        out = tmp_path / name
+        if out.with_suffix(".json").exists():
+            shared.results[name] = json.loads(out.with_suffix(".json").read_text().strip().splitlines()[-1])
+        elif out.with_suffix(".pid").exists():
+            shared.results[name] = {
+                "pid": int(out.with_suffix(".pid").read_text()),
+                "steps": [json.loads(ln) for ln in out.with_suffix(".steps").read_text().splitlines()]}
+    return shared
+
+
+def ran(shared: Shared, name: str) -> dict:
+    """The shared recording worked and workload `name` ran to its end in it."""
+    assert shared.proc.returncode == 0, shared.proc.stderr
+    assert shared.rec["command"]["exit_status"] == 0, shared.rec["command"]
+    assert name in shared.results, (name, shared.rec["command"])
+    return shared.results[name]
+
+
+def private_hash_of(rec: dict, pid: int, buckets: int) -> dict:
     proc = next(p for p in rec["processes"] if p["pid"] == pid)
     return next(h for h in proc["hashes"] if h["kind"] == "private" and h["buckets"] == buckets)
 
 
-def check_counts(rec: dict, buckets: int, iters: int) -> int:
+def check_counts(rec: dict, wl: dict, buckets: int, iters: int) -> int:
     """Per-bucket counts equal an independent computation: the kernel's jhash2
     in Python over the workload's own futex addresses, `iters` lookups each.
     libc may add a few lookups of its own (thread join) on other addresses."""
-    wl = workload_result(rec)
     addrs = [int(a, 16) for t in wl["per_thread"] for a in t["addrs"]]
-    expected = Counter(private_bucket(a, buckets - 1) for a in addrs for _ in range(iters))
-    seen = {int(k): v for k, v in private_hash_of(rec, buckets)["bucket_counts"].items()}
+    expected = Counter()
+    for a in addrs:     # one hash per address: pure-Python jhash2 is slow under TCG
+        expected[private_bucket(a, buckets - 1)] += iters
+    seen = {int(k): v for k, v in private_hash_of(rec, wl["pid"], buckets)["bucket_counts"].items()}
     # A probe run the kernel skipped is reported, not hidden: allow exactly
     # those (each futex(2) call here hashes one key).
     missed = rec["totals"]["missed_runs"]
@@ -78,33 +107,76 @@ def check_counts(rec: dict, buckets: int, iters: int) -> int:
     return lost
 
 
+# Exact counts: workload arguments, and the prctl-sized hashes they are checked in.
+ITERS, THREADS, NFUTEX = 997, 2, 23
+COMPARE_BUCKETS, COMPARE_ITERS = 32, 200     # kprobe vs tracepoint, same workload
+
+
+def exact_counts(buckets: int) -> list[str]:
+    return [str(workload_path()), "-t", str(THREADS), "-f", str(NFUTEX), "-n", str(ITERS),
+            "-b", str(buckets), "--addrs"]
+
+
+def compare_workload() -> list[str]:
+    return [str(workload_path()), "-t", "2", "-f", "16", "-n", str(COMPARE_ITERS),
+            "-b", str(COMPARE_BUCKETS), "--addrs"]
+
+
+def results_scenario() -> list[str]:
+    return [str(workload_path("scenario")), "results", "-b", "128"]
+
+
 # The tracepoint method's two sys_enter hooks: tp_btf (typed loads) and the
-# raw tracepoint it falls back to where the kernel refuses tp_btf.
+# raw tracepoint it falls back to where the kernel refuses tp_btf. Each program
+# variant is compiled once: prctl results inferred ride with tp_btf, exact
+# prctl results (--exact-prctl, one more probe) with the raw tracepoint.
 HOOKS = {"tp_btf": {}, "raw_tracepoint": {"FUTEXTRACE_NO_TP_BTF": "1"}}
 
 
+@pytest.fixture(scope="module")
+def tp_btf_run(tmp_path_factory):
+    return record_workloads(tmp_path_factory.mktemp("tp_btf"), ["--method", "tracepoint"], {
+        "b64": exact_counts(64), "b512": exact_counts(512), "compare": compare_workload(),
+        "results": results_scenario()}, env=HOOKS["tp_btf"])
+
+
+@pytest.fixture(scope="module")
+def raw_tp_run(tmp_path_factory):
+    return record_workloads(tmp_path_factory.mktemp("raw_tp"), ["--method", "tracepoint", "--exact-prctl"], {
+        "b64": exact_counts(64), "results": results_scenario()}, env=HOOKS["raw_tracepoint"])
+
+
+@pytest.fixture(scope="module")
+def auto_run(tmp_path_factory):
+    """The method `record` picks by itself: kprobes where they work (VM guests)."""
+    workloads = {"auto": [str(workload_path()), "-t", "3", "-f", "4", "-n", "50"],
+                 "global": [str(workload_path()), "-t", "2", "-f", "4", "-n", "100", "-b", "0"]}
+    if not kprobes_missing():
+        workloads["compare"] = compare_workload()
+    return record_workloads(tmp_path_factory.mktemp("auto"), [], workloads)
+
+
+RUNS = {"tp_btf": "tp_btf_run", "raw_tracepoint": "raw_tp_run"}
+
+
 @pytest.mark.parametrize("buckets, hook", [(64, "tp_btf"), (512, "tp_btf"), (64, "raw_tracepoint")])
-def test_exact_bucket_counts_with_prctl_size(tmp_path, buckets, hook):
-    iters, threads, nfutex = 997, 2, 23
-    rec, p = record(tmp_path, "--method", "tracepoint", "--", str(workload_path()), "-t", str(threads),
-                    "-f", str(nfutex), "-n", str(iters), "-b", str(buckets), "--addrs", env=HOOKS[hook])
-    assert p.returncode == 0, p.stderr
+def test_exact_bucket_counts_with_prctl_size(request, buckets, hook):
+    run = request.getfixturevalue(RUNS[hook])
+    wl = ran(run, f"b{buckets}")
+    rec = run.rec
     assert f"{hook}:sys_enter" in rec["method"]["probes"]
-    wl = workload_result(rec)
     assert wl["slots_after"] == buckets
-    assert sum(len(t["addrs"]) for t in wl["per_thread"]) == threads * nfutex
-    check_counts(rec, buckets, iters)
+    assert sum(len(t["addrs"]) for t in wl["per_thread"]) == THREADS * NFUTEX
+    check_counts(rec, wl, buckets, ITERS)
     # The prctl resize is in the timeline with its inputs and result.
     r = [r for r in rec["resizes"] if r["pid"] == wl["pid"] and r["trigger"] == "prctl"]
     assert r and r[0]["requested"] == buckets and r[0]["result"] == 0 and r[0]["new_buckets"] == buckets
     assert r[0]["pending_s"] is not None
 
 
-def test_automatic_resize_on_first_thread(tmp_path):
-    rec, p = record(tmp_path, "--", str(workload_path()), "-t", "3", "-f", "4", "-n", "50")
-    assert p.returncode == 0, p.stderr
-    wl = workload_result(rec)
-    model = kmodel.load()
+def test_automatic_resize_on_first_thread(auto_run, kernel_model):
+    wl, rec = ran(auto_run, "auto"), auto_run.rec
+    model = kernel_model
     online = len(model.topology.online_cpus)
     gsize = model.global_hash.buckets_per_node
     auto = [r for r in rec["resizes"] if r["pid"] == wl["pid"] and r["trigger"] == "clone"]
@@ -116,10 +188,8 @@ def test_automatic_resize_on_first_thread(tmp_path):
     assert auto[-1]["new_buckets"] == wl["slots_after"]
 
 
-def test_global_hash_lookups_are_computed(tmp_path):
-    rec, p = record(tmp_path, "--", str(workload_path()), "-t", "2", "-f", "4", "-n", "100", "-b", "0")
-    assert p.returncode == 0, p.stderr
-    wl = workload_result(rec)
+def test_global_hash_lookups_are_computed(auto_run):
+    wl, rec = ran(auto_run, "global"), auto_run.rec
     proc = next(p for p in rec["processes"] if p["pid"] == wl["pid"])
     glob = [h for h in proc["hashes"] if h["kind"] == "global"]
     assert glob and glob[0]["lookups"] >= 2 * 4 * 100
@@ -133,7 +203,7 @@ def test_global_hash_lookups_are_computed(tmp_path):
     (["--", "/nonexistent/cmd"], 4, "cannot start"),
 ])
 def test_bad_input_one_line_error(tmp_path, args, code, words):
-    if "kprobe" in args and os.path.isdir("/sys/bus/event_source/devices/kprobe"):
+    if "kprobe" in args and KPROBE_PMU.is_dir():
         pytest.skip("kprobes exist on this kernel: --method kprobe is not bad input here")
     _, p = record(tmp_path, *args)
     assert p.returncode == code, p.stderr
@@ -141,43 +211,30 @@ def test_bad_input_one_line_error(tmp_path, args, code, words):
     assert len(lines) == 1 and words in lines[0], p.stderr
 
 
-def kprobes_expected() -> bool:
-    return "kprobe" in os.environ.get("FUTEXTRACE_EXPECT_METHODS", "")
-
-
-def have_kprobes() -> bool:
-    return os.path.isdir("/sys/bus/event_source/devices/kprobe")
-
-
-@pytest.mark.parametrize("buckets", [32])
-def test_kprobe_method_matches_kernel_and_tracepoint(tmp_path, buckets):
+@pytest.mark.parametrize("buckets", [COMPARE_BUCKETS])
+def test_kprobe_method_matches_kernel_and_tracepoint(auto_run, tp_btf_run, buckets):
     """The kprobe method's computed buckets equal the kernel's real bucket (the
     hb pointer futex_hash returned) and the tracepoint method's figures."""
-    if not have_kprobes():
-        if kprobes_expected():
-            pytest.fail("FUTEXTRACE_EXPECT_METHODS names kprobe but this kernel has no kprobes")
-        pytest.skip("no kprobes on this kernel (CONFIG_KPROBES unset): covered by the VM tests")
-    args = ["--", str(workload_path()), "-t", "2", "-f", "16", "-n", "200", "-b", str(buckets), "--addrs"]
-    kp, p1 = record(tmp_path, "--method", "kprobe", *args)
-    assert p1.returncode == 0, p1.stderr
-    tp, p2 = record(tmp_path, "--method", "tracepoint", *args)
-    assert p2.returncode == 0, p2.stderr
+    require_kprobes()
+    kp = auto_run.rec
+    assert kp["method"]["name"] == "kprobe", kp["method"]
+    wl = ran(auto_run, "compare")
+    ran(tp_btf_run, "compare")
     assert kp["totals"]["kernel_mismatch"] == 0
-    wl = workload_result(kp)
     # Each run against the kernel's hash of its own addresses (ASLR moves them).
-    for rec in (kp, tp):
-        check_counts(rec, buckets, 200)
-    kh = private_hash_of(kp, buckets)
-    assert kh["kernel_checked"] >= 2 * 16 * 200
+    for run in (auto_run, tp_btf_run):
+        check_counts(run.rec, run.results["compare"], buckets, COMPARE_ITERS)
+    kh = private_hash_of(kp, wl["pid"], buckets)
+    assert kh["kernel_checked"] >= 2 * 16 * COMPARE_ITERS
     rc = kp["refcount"]
     gets, puts = rc["get_percpu"] + rc["get_atomic"], rc["put_percpu"] + rc["put_atomic"]
-    assert gets >= 2 * 16 * 200 and abs(gets - puts) <= 0.01 * gets, rc
+    assert gets >= 2 * 16 * COMPARE_ITERS and abs(gets - puts) <= 0.01 * gets, rc
     r = [r for r in kp["resizes"] if r["pid"] == wl["pid"] and r["custom"]]
     assert r and r[-1]["requested"] == buckets and r[-1]["result"] == 0
     assert r[-1]["pivot_t"] is not None and r[-1]["pending_s"] is not None
     # Both methods see the hash each process has (snapshot and explain rely on it).
-    for name, rec in (("kprobe", kp), ("tracepoint", tp)):
-        pid = workload_result(rec)["pid"]
+    for name, run in (("kprobe", auto_run), ("tracepoint", tp_btf_run)):
+        rec, pid = run.rec, run.results["compare"]["pid"]
         states = [s for s in rec["hash_states"] if s["pid"] == pid]
         assert states and states[-1]["buckets"] == buckets and states[-1]["custom"], \
             (name, pid, rec["hash_states"][:5], rec["totals"], rec["resizes"][:3])
@@ -187,38 +244,38 @@ def test_runs_lost_to_a_preempting_task_are_reported(tmp_path):
     """A real-time task waking every 100 us on the workload's CPU preempts our
     sys_enter program where syscall tracepoints run preemptibly (7.2+ with
     lazy or full preemption); its own syscalls then find ours running and the
-    kernel skips them. Each lookup is counted, or its run is in missed_runs."""
-    iters, buckets = 3001, 64
+    kernel skips them. Each lookup is counted, or its run is in missed_runs.
+
+    In a VM guest the sleeper wakes every 2 ms and the workload is shorter: each
+    wake of a Python loop costs ~1 ms of emulated CPU under TCG, so at 100 us the
+    real-time task kept CPU 0 to itself and the test ran past the guest's limit."""
+    iters, period = (1001, 0.002) if in_vm_guest() else (3001, 0.0001)
+    buckets = 64
     sleeper = subprocess.Popen(["chrt", "-f", "50", "taskset", "-c", "0", sys.executable, "-c",
-                                "import time\nwhile True: time.sleep(0.0001)"])
+                                f"import time\nwhile True: time.sleep({period})"])
     try:
-        rec, p = record(tmp_path, "--method", "tracepoint", "--", "taskset", "-c", "0",
-                        str(workload_path()), "-t", "2", "-f", "23", "-n", str(iters),
-                        "-b", str(buckets), "--addrs")
+        run = record_workloads(tmp_path, ["--method", "tracepoint"], {"pinned": [
+            "taskset", "-c", "0", str(workload_path()), "-t", "2", "-f", "23", "-n", str(iters),
+            "-b", str(buckets), "--addrs"]})
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert p.returncode == 0, p.stderr
-    lost = check_counts(rec, buckets, iters)
-    print(f"workload lookups not counted {lost}, probe runs skipped {rec['totals']['missed_runs']}")
+    lost = check_counts(run.rec, ran(run, "pinned"), buckets, iters)
+    print(f"workload lookups not counted {lost}, probe runs skipped {run.rec['totals']['missed_runs']}")
 
 
 @pytest.mark.parametrize("exact", [False, True], ids=["inferred", "exact"])
-def test_prctl_results_inferred_and_exact(tmp_path, exact):
+def test_prctl_results_inferred_and_exact(request, exact):
     """Every answer SET_SLOTS can give (-EINVAL, -ENOMEM, 0, 0 for the global
     hash, -EBUSY), from prctl's exit (--exact-prctl) or inferred from the hash
     before and after, equals what the kernel returned to the workload."""
-    lines = tmp_path / "steps.jsonl"
-    rec, p = record(tmp_path, "--method", "tracepoint", *(["--exact-prctl"] if exact else []), "--",
-                    str(workload_path("scenario")), "results", "-b", "128", "-o", str(lines))
-    assert p.returncode == 0, p.stderr
+    run = request.getfixturevalue("raw_tp_run" if exact else "tp_btf_run")
+    scenario, rec = ran(run, "results"), run.rec
     assert rec["method"]["prctl_results"] == ("exit" if exact else "inferred")
     assert ("tracepoint:syscalls:sys_exit_prctl" in rec["method"]["probes"]) == exact
-    steps = [json.loads(ln) for ln in lines.read_text().splitlines()]
-    kernel = [(s["requested"], s["ret"]) for s in steps if s["step"] == "prctl"]
+    kernel = [(s["requested"], s["ret"]) for s in scenario["steps"] if s["step"] == "prctl"]
     assert kernel == [(3, -errno.EINVAL), (1 << 29, -errno.ENOMEM), (128, 0), (0, 0), (32, -errno.EBUSY)]
-    pid = rec["command"]["pid"]
-    seen = [r for r in rec["resizes"] if r["pid"] == pid and r["trigger"] == "prctl"]
+    seen = [r for r in rec["resizes"] if r["pid"] == scenario["pid"] and r["trigger"] == "prctl"]
     assert [(r["requested"], r["result"]) for r in seen] == kernel, seen
     assert all(r["result_inferred"] is not exact for r in seen)
     assert [r["new_buckets"] for r in seen] == [0, 0, 128, 0, 0]

@@ -3,7 +3,6 @@
 Needs a C compiler; no root and no BPF. SET_SLOTS tests need a kernel with the
 futex private hash (6.17+); they are skipped elsewhere.
 """
-import ctypes
 import errno
 import json
 import os
@@ -13,17 +12,7 @@ import time
 import pytest
 
 from futextrace.workload import build
-
-PR_FUTEX_HASH, GET_SLOTS = 78, 2
-
-
-def _has_private_hash() -> bool:
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(PR_FUTEX_HASH, GET_SLOTS, 0, 0, 0) >= 0
-
-
-needs_private_hash = pytest.mark.skipif(not _has_private_hash(),
-                                        reason="kernel has no PR_FUTEX_HASH")
+from tests.host.conftest import needs_private_hash
 
 
 @pytest.fixture(scope="session")

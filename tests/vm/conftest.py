@@ -33,4 +33,9 @@ def pytest_terminal_summary(terminalreporter):
     for spec_id, run in vmguest.RUNS:
         terminalreporter.write_line(
             f"{spec_id}: kernel {run.kernel.release}, status {run.status}, "
-            f"{run.wall_s:.0f} s wall, results in {run.out}")
+            f"{run.wall_s:.0f} s wall, {run.cpu_s:.0f} s host CPU, results in {run.out}")
+        prog = run.progress_log()
+        if prog:
+            terminalreporter.write_line(f"  {prog.summary()}; slowest:")
+            for nodeid, outcome, secs in prog.slowest(8):
+                terminalreporter.write_line(f"    {secs:6.1f} s  {outcome:7} {nodeid}")

@@ -4,15 +4,19 @@ Each entry covers a futex private-hash layout variant (see futex-kernel-facts.md
   6.17  futex_hash() returns a bucket pointer, buckets carry hb->priv
   6.18  the build machines' own base (6.18.15 was checked by hand)
   7.2   futex_hash() returns struct futex_bucket_ref by value
-  7.3   runtime-constant hashing, the global hash variables moved (newest: CI runs it)
+  7.3   runtime-constant hashing, the global hash variables moved (newest)
 
-FUTEXTRACE_VM_KERNELS selects: unset = the newest only, "all" = the matrix,
+CI boots one kernel of each private-hash layout: 6.18 (`hb->priv`, futex_hash
+returns a pointer) and 7.3 (struct futex_bucket_ref by value), side by side.
+FUTEXTRACE_VM_KERNELS selects: unset = those two (CI), "all" = the matrix,
 "none" = no guests, or a comma list of series ("6.18,7.3").
+FUTEXTRACE_VM_TIMEOUT_S overrides each guest's time limit (a machine busy with
+other work runs single-threaded TCG guests several times slower).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -39,12 +43,18 @@ MATRIX = [
     GuestSpec("7.3", numa_nodes=2),
 ]
 NEWEST = MATRIX[-1]
+CI = [MATRIX[1], NEWEST]     # one kernel per layout: pointer + hb->priv, bucket ref by value
 
 
 def selected() -> list[GuestSpec]:
+    limit = int(os.environ.get("FUTEXTRACE_VM_TIMEOUT_S", "0"))
+    return [replace(s, timeout_s=limit) if limit > 0 else s for s in _selected()]
+
+
+def _selected() -> list[GuestSpec]:
     want = os.environ.get("FUTEXTRACE_VM_KERNELS", "").strip()
     if not want:
-        return [NEWEST]
+        return list(CI)
     if want == "all":
         return list(MATRIX)
     if want == "none":

@@ -41,16 +41,24 @@ def guest(request):
     return _runs[request.param.id].result()
 
 
+def progress_line(guest) -> str:
+    """Which in-guest tests finished and which one was running (tests/vm/progress.py)."""
+    prog = guest.progress_log()
+    return prog.summary() if prog else "(no progress.log: pytest never started in the guest)"
+
+
 @pytest.mark.timeout(GUEST_LIMIT)
 def test_guest_suite_passed(guest):
     assert guest.status is not None, (
         f"the guest wrote no status (died or timed out after {guest.wall_s:.0f} s)\n"
+        f"{progress_line(guest)}\n"
         f"--- kernel log problems\n" + "\n".join(guest.bad_dmesg_lines()[:20]) + "\n"
         f"--- guest.log\n{guest.tail()}\n--- vng.log\n{guest.tail('vng.log')}")
     has_junit = (guest.out / "junit.xml").exists()
     problems = "\n".join(guest.junit_problems()) if has_junit else "(no junit.xml)"
     assert guest.status == 0, (f"in-guest pytest exit status {guest.status} "
-                               f"(124: in-guest timeout)\n{problems}\n--- guest.log\n{guest.tail(n=30)}")
+                               f"(124: in-guest timeout)\n{progress_line(guest)}\n{problems}\n"
+                               f"--- guest.log\n{guest.tail(n=30)}")
     totals = guest.junit_totals()
     assert totals["tests"] - totals["skipped"] > 0, f"no test ran in the guest: {totals}"
     assert totals["failures"] == totals["errors"] == 0, f"{totals}\n{guest.tail()}"

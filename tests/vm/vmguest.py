@@ -13,11 +13,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+import progress
 import vmkernels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,10 +35,14 @@ export FUTEXTRACE_CACHE={cache} PYTHONDONTWRITEBYTECODE=1
 export FUTEXTRACE_VM_CPUS={cpus} FUTEXTRACE_VM_NODES={nodes}
 echo "guest: $(uname -r), $(nproc) cpus, nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
 cp /sys/kernel/btf/vmlinux {out}/vmlinux.btf && uname -r > {out}/release
+export FUTEXTRACE_PROGRESS={out}/progress.log PYTHONPATH={repo}/tests/vm
 rc=99
 if cd {repo}; then
-    timeout {pytest_timeout} {python} -m pytest {tests} -m root -p no:cacheprovider -ra --durations=10 \\
-        --junitxml={out}/junit.xml {pytest_args}
+    # SIGINT first: pytest then still writes junit.xml with what it has. One limit for
+    # the run, not 600 s per test: a shared recording's fixture may take minutes on a
+    # busy host, and progress.log names the test that was running when time ran out.
+    timeout -s INT -k 60 {pytest_timeout} {python} -m pytest {tests} -m root -p no:cacheprovider \\
+        -p progress -ra --durations=15 --timeout={pytest_timeout} --junitxml={out}/junit.xml {pytest_args}
     rc=$?
 else
     echo "guest: the checkout {repo} is not visible in the guest"
@@ -61,6 +67,7 @@ class GuestRun:
     out: Path               # the shared directory
     wall_s: float
     vng_rc: int             # informational only (see module doc)
+    cpu_s: float = 0.0      # host CPU the guest used: its wall time on a CPU of its own
 
     def text(self, name: str) -> str | None:
         p = self.out / name
@@ -85,6 +92,10 @@ class GuestRun:
                 first = (bad.get("message") or "").splitlines()[:1]
                 out.append(f"{case.get('classname')}::{case.get('name')}: {' '.join(first)[:200]}")
         return out
+
+    def progress_log(self) -> progress.Progress | None:
+        """The in-guest tests' start/finish lines (tests/vm/progress.py), even after a timeout."""
+        return progress.read_progress(self.out / "progress.log")
 
     def kernel_log(self) -> str:
         """dmesg.txt, or the console in vng.log when the guest died before writing it."""
@@ -118,9 +129,9 @@ def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[
 def boot(spec, pytest_args: str = "", log=print) -> GuestRun:
     cache = vmkernels.cache_root()
     kernel = vmkernels.fetch(spec.series, log=log)
-    out = cache / "vm-runs" / spec.id
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    # A directory of its own: several checkouts may share the cache and boot the same spec.
+    (cache / "vm-runs").mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f"{spec.id}-", dir=cache / "vm-runs"))
     (out / "run.sh").write_text(GUEST_SCRIPT.format(
         out=out, cache=cache, repo=REPO, python=sys.executable, pytest_args=pytest_args,
         tests=os.environ.get("FUTEXTRACE_VM_TESTS", GUEST_TESTS),
@@ -132,8 +143,11 @@ def boot(spec, pytest_args: str = "", log=print) -> GuestRun:
     log("guest: " + shlex.join(cmd))
     t0 = time.monotonic()
     with open(out / "vng.log", "wb") as vlog:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=vlog, stderr=subprocess.STDOUT, env=env)
-    run = GuestRun(kernel, out, time.monotonic() - t0, p.returncode)
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=vlog, stderr=subprocess.STDOUT, env=env)
+        # wait4: the CPU time of this guest alone (QEMU included), whatever else the host runs.
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    run = GuestRun(kernel, out, time.monotonic() - t0, p.returncode, usage.ru_utime + usage.ru_stime)
     _keep_btf(run, cache)
     RUNS.append((spec.id, run))
     return run
