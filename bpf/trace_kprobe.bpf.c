@@ -28,6 +28,46 @@ struct key_copy {
 };
 BPF_HASH(inflight, u64, struct key_copy, 10240);
 
+/*
+ * Which node's global table, and which bucket in it, a returned hb is: the
+ * table bases are read from the kernel's own pointers (GLOBAL_TABLES: the
+ * address of __futex_data.queues[], or with GLOBAL_TABLES_INDIRECT of
+ * __futex_queues, 7.3's pointer to its nr_node_ids-entry array; from
+ * kallsyms). Without them (no CONFIG_KALLSYMS_ALL) the bucket stays unknown
+ * (~0) and is not checked. An hb in no table is a mismatch.
+ */
+static __always_inline void global_bucket_of(u64 hb, u32 *bucket, s32 *node)
+{
+#ifdef GLOBAL_TABLES
+	u64 tables = GLOBAL_TABLES;
+#ifdef GLOBAL_TABLES_INDIRECT
+	tables = read_ptr(tables);
+#endif
+	u64 span = (u64)(GLOBAL_MASK + 1) * BUCKET_SIZE;
+	for (u32 n = 0; n < NR_NODE_IDS && n < 64; n++) {
+		u64 base = read_ptr(tables + n * 8);
+		if (base && hb >= base && hb < base + span) {
+			*bucket = (hb - base) / BUCKET_SIZE;
+			*node = n;
+			return;
+		}
+	}
+	count(FTC_KERNEL_MISMATCH);
+#endif
+}
+
+/* A shared key (inode or mm-shared) has all its hash input in the key here:
+ * check the kernel's global bucket against our jhash2 of it too. */
+static __always_inline void check_shared(struct key_copy *k, u32 kbucket, s32 knode)
+{
+	if (kbucket == ~0U)
+		return;
+	u32 h = hash_global(k->ptr, k->word, k->offset);
+	s32 node = k->node >= 0 ? k->node : hash_node(h);
+	if ((h & GLOBAL_MASK) != kbucket || node != knode)
+		count(FTC_KERNEL_MISMATCH);
+}
+
 int kp_futex_hash(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -62,18 +102,25 @@ int kr_futex_hash(struct pt_regs *ctx)
 #endif
 #endif
 	u32 mask = 0, state = 0, kbucket = ~0;
+	s32 knode = -1;
 	if (fph) {
 		struct fph_head h = {};
 		bpf_probe_read_kernel(&h, sizeof(h), (void *)(fph + OFF_FPH_STATE));
 		mask = h.hash_mask;
 		state = h.state;
 		kbucket = (hb - fph - OFF_FPH_QUEUES) / BUCKET_SIZE;
-		/* futex_hash() took a reference on the private hash for this lookup. */
+		/* futex_hash() took a reference on the private hash for this lookup;
+		 * per-CPU or atomic is fph->state as read here, at the probe. */
 		count(state ? FTC_REF_GET_ATOMIC : FTC_REF_GET_PERCPU);
+	} else {
+		global_bucket_of(hb, &kbucket, &knode);
 	}
 	int priv = !(key.offset & (FUT_OFF_INODE_ | FUT_OFF_MMSHARED_));
+	if (!priv)
+		check_shared(&key, kbucket, knode);
 	u64 uaddr = key.word + (key.offset & ~3U);
-	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv, key.node, kbucket);
+	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv, key.node,
+		       kbucket, knode);
 	return 0;
 }
 

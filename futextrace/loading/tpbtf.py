@@ -27,6 +27,19 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     `btf_trace_<name>` typedef has BTF id `btf_id`, and attach it. Returns
     (attachment fd, program fd): closing the attachment detaches; the program
     fd stays open for its run statistics (bpfsys.prog_stats)."""
+    prog_fd = load(bcc, fn_name, btf_id)
+    try:
+        link = bytearray(16)
+        struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
+        return bpf(BPF_RAW_TRACEPOINT_OPEN, link), prog_fd
+    except OSError as e:
+        os.close(prog_fd)
+        raise KernelRefused(f"the kernel refused to attach tp_btf program {fn_name} ({e.strerror})")
+
+
+def load(bcc, fn_name: str, btf_id: int) -> int:
+    """Load BCC function `fn_name` as a tp_btf program for `btf_id` without
+    attaching it (also for a program another one tail-calls); its fd."""
     try:
         insns = bcc.dump_func(fn_name.encode())
     except Exception as e:  # BCC raises bare Exceptions
@@ -44,16 +57,24 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     struct.pack_into("<I", attr, 68, _BPF_TRACE_RAW_TP)     # expected_attach_type
     struct.pack_into("<I", attr, 108, btf_id)               # attach_btf_id
     try:
-        prog_fd = bpf(BPF_PROG_LOAD, attr)
+        return bpf(BPF_PROG_LOAD, attr)
     except OSError as e:
         lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
         why = lines[-2] if len(lines) >= 2 else (lines[-1] if lines else "")
         raise KernelRefused(f"the kernel refused tp_btf program {fn_name} ({e.strerror})"
                             + (f": {why}" if why else ""))
+
+
+def fill_tail_call(bcc, table: str, fn_btf: str, fn_raw: str, btf_id: int | None) -> None:
+    """Put the program `table`[0] tail-calls in place, of its caller's type:
+    tp_btf for `btf_id`, else a raw tracepoint. The prog array holds its own
+    reference, dropped with the array when the programs are unloaded."""
+    if btf_id is None:
+        from bcc import BPF
+        bcc[table][ctypes.c_int(0)] = ctypes.c_int(bcc.load_func(fn_raw.encode(), BPF.RAW_TRACEPOINT).fd)
+        return
+    fd = load(bcc, fn_btf, btf_id)
     try:
-        link = bytearray(16)
-        struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
-        return bpf(BPF_RAW_TRACEPOINT_OPEN, link), prog_fd
-    except OSError as e:
-        os.close(prog_fd)
-        raise KernelRefused(f"the kernel refused to attach tp_btf program {fn_name} ({e.strerror})")
+        bcc[table][ctypes.c_int(0)] = ctypes.c_int(fd)
+    finally:
+        os.close(fd)

@@ -132,7 +132,8 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
             cpu = next(i for i, v in enumerate(e["per_cpu"]) if v[0])
             node = cpu_node.get(cpu, 0)
         futexes.append({"tgid": e["tgid"], "kind": kind, "uaddr": e["uaddr"],
-                        "hash_mask": e["hash_mask"], "lookups": lookups, "atomic": atomic,
+                        "hash_mask": e["hash_mask"] if kind == "private" else 0,   # global_numa: the node
+                        "lookups": lookups, "atomic": atomic,
                         "bucket": bucket, "node": node, "kernel_bucket": kbucket})
         for cpu, v in enumerate(e["per_cpu"]):
             if v[0]:
@@ -177,7 +178,8 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
         per_node.append({"node": node, "cpus": [r["cpu"] for r in rows],
                          **{k: sum(r[k] for r in rows) for k in ("lookups", "private", "global", "atomic")}})
 
-    total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0)
+    unreadable = counters.get("UNATTR_UNREADABLE", 0)   # lookups of unknown hash: in the total only
+    total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0) + unreadable
     refcount = _refcount(counters, method, futexes)
     timeline = build_timeline(raw.get("events", []), kernel,
                               infer_prctl=method.get("prctl_results") == "inferred")
@@ -188,7 +190,10 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
             "lookups": total,
             "lookups_per_s": total / duration_s if duration_s else 0.0,
             "private": counters.get("PRIVATE", 0), "global": counters.get("GLOBAL", 0),
-            "unattributed": counters.get("UNATTRIBUTED", 0),
+            "unattributed": counters.get("UNATTRIBUTED", 0) + unreadable,
+            "unattributed_causes": {"map_full": counters.get("UNATTRIBUTED", 0),
+                                    "user_memory_unreadable": unreadable},
+            "mpol_assumed_no_policy": counters.get("MPOL_ASSUMED", 0),
             "lost_events": counters.get("LOST_EVENTS", 0),
             "read_faults": counters.get("READ_FAULTS", 0),
             "kernel_mismatch": counters.get("KERNEL_MISMATCH", 0),
