@@ -139,12 +139,58 @@ int kr_futex_private_hash(struct pt_regs *ctx)
 	return 0;
 }
 
-/* One reference dropped on `fph`, on the per-CPU counter or the shared atomic. */
-static __always_inline int count_put(u64 fph)
+#ifdef BUCKET_HAS_PRIV
+/* futex_hash_get(hb) (6.17-7.1): the extra reference futex_unlock_pi and
+ * requeue-PI take (q->drop_hb_ref), dropped by futex_hash_put. */
+int kp_futex_hash_get(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	if (!fph || !task_wanted(id >> 32, (u32)id))
+	if (!task_wanted(id >> 32, (u32)id))
 		return 0;
+	u64 fph = read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV);
+	if (!fph)
+		return 0;
+	u32 state = 0;
+	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
+	count(state ? FTC_REF_GET_ATOMIC : FTC_REF_GET_PERCPU);
+	return 0;
+}
+#endif
+
+/*
+ * Puts: futex_hash_put(hb) (6.17-7.1) calls futex_private_hash_put(fph),
+ * which GCC may inline there or not, and may split so that its body is
+ * `futex_private_hash_put.part.0`, which core.c callers can reach directly.
+ * Every one that has a symbol is probed, and each put counted once. Levels
+ * 0, 1, 2 in that calling order: a probe continues the put of the last probed
+ * function of this task at a lower level when its return address is the one
+ * that function saw (a tail jump from it) or lies inside that function's text
+ * (a call from it). PUT_*_LO/HI: each function's text range, from kallsyms.
+ */
+struct put_mark { u64 ret; u64 lo; u64 hi; u32 level; u32 pad; };
+BPF_TABLE("lru_hash", u32, struct put_mark, put_marks, 4096);
+
+static __always_inline int count_put(struct pt_regs *ctx, u64 fph, u32 level, u64 lo, u64 hi)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	u32 tid = id;
+	u64 ret = 0;
+	bpf_probe_read_kernel(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx));
+	struct put_mark *m = put_marks.lookup(&tid);
+	if (m && m->level < level && (ret == m->ret || (ret >= m->lo && ret < m->hi))) {
+		m->ret = ret;
+		m->lo = lo;
+		m->hi = hi;
+		m->level = level;
+		return 0;
+	}
+	struct put_mark now = { .ret = ret, .lo = lo, .hi = hi, .level = level };
+	put_marks.update(&tid, &now);
+	if (!fph)
+		return 0;
+	/* Per-CPU or atomic: fph->state as read here, at the probe. */
 	u32 state = 0;
 	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
 	count(state ? FTC_REF_PUT_ATOMIC : FTC_REF_PUT_PERCPU);
@@ -153,15 +199,18 @@ static __always_inline int count_put(u64 fph)
 
 int kp_futex_private_hash_put(struct pt_regs *ctx)
 {
-	return count_put(PT_REGS_PARM1(ctx));
+	return count_put(ctx, PT_REGS_PARM1(ctx), 1, PUT_FPH_LO, PUT_FPH_HI);
+}
+
+int kp_futex_private_hash_put_part(struct pt_regs *ctx)
+{
+	return count_put(ctx, PT_REGS_PARM1(ctx), 2, PUT_PART_LO, PUT_PART_HI);
 }
 
 #ifdef BUCKET_HAS_PRIV
-/* futex_hash_put(hb) (6.17-7.1): drops the lookup's reference through
- * hb->priv; its call to futex_private_hash_put() is inlined there. */
 int kp_futex_hash_put(struct pt_regs *ctx)
 {
-	return count_put(read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV));
+	return count_put(ctx, read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV), 0, PUT_HB_LO, PUT_HB_HI);
 }
 #endif
 

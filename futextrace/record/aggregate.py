@@ -213,6 +213,7 @@ def _refcount(counters: dict, method: dict, futexes: list[dict]) -> dict:
         return {"source": "inferred: one get and one put per private-hash lookup (tracepoint method)",
                 "get_percpu": private - atomic, "get_atomic": atomic,
                 "put_percpu": private - atomic, "put_atomic": atomic}
-    return {"source": "probed: " + ", ".join(method.get("refcount_probes", [])),
+    return {"source": "probed: " + ", ".join(method.get("refcount_probes", []))
+            + "; per-CPU vs atomic is fph->state read at the probe",
             "get_percpu": counters.get("REF_GET_PERCPU", 0), "get_atomic": counters.get("REF_GET_ATOMIC", 0),
             "put_percpu": counters.get("REF_PUT_PERCPU", 0), "put_atomic": counters.get("REF_PUT_ATOMIC", 0)}

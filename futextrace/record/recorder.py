@@ -321,7 +321,7 @@ class Recorder:
                   "probes": self.program.probes,
                   "probes_fallback": self.program.fallback_reason,
                   "refcount_probes": [p for p in self.program.probes
-                                      if p.startswith("k") and ("private_hash" in p or "hash_put" in p
+                                      if p.startswith("k") and ("private_hash" in p or "hash_put" in p or "hash_get" in p
                                                                 or p.endswith(":futex_hash"))]}
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
             self.comms.setdefault(pid, targets.comm_of(pid))
