@@ -180,3 +180,16 @@ def test_kernel_agrees(run):
     for kind in ("private", "global", "global_numa"):
         for h in hashes(proc, kind):
             assert h["kernel_checked"] == h["lookups"], (kind, h["kernel_checked"], h["lookups"])
+
+
+def test_refcount_gets_equal_puts(run):
+    """kprobe method: the process's every reference get has its put, each
+    counted once (futex_private_hash_put, its .part.0 body and, 6.17-7.1,
+    futex_hash_put are all probed where they exist)."""
+    method, rec, wl, _ = run
+    if method != "kprobe":
+        pytest.skip("refcount traffic is probed only by the kprobe method")
+    rc = rec["refcount"]
+    gets, puts = rc["get_percpu"] + rc["get_atomic"], rc["put_percpu"] + rc["put_atomic"]
+    private = sum(f["lookups"] for c in cases(wl, method, "private") for f in c["futexes"])
+    assert gets == puts and gets >= private, rc
