@@ -66,14 +66,17 @@ def check_counts(rec: dict, buckets: int, iters: int) -> int:
     addrs = [int(a, 16) for t in wl["per_thread"] for a in t["addrs"]]
     expected = Counter(private_bucket(a, buckets - 1) for a in addrs for _ in range(iters))
     seen = {int(k): v for k, v in private_hash_of(rec, buckets)["bucket_counts"].items()}
+    # glibc's start barrier is the process's only other private futex: its
+    # calls (a number that depends on scheduling) may share those buckets.
+    barrier = {private_bucket(int(a, 16), buckets - 1) for a in wl["barrier_words"]}
     # A probe run the kernel skipped is reported, not hidden: allow exactly
     # those (each futex(2) call here hashes one key).
     missed = rec["totals"]["missed_runs"]
     for bucket, n in expected.items():
-        assert seen.get(bucket, 0) - n in range(-missed, 8), (bucket, n, seen.get(bucket), missed)
+        extra = seen.get(bucket, 0) - n
+        assert extra >= -missed and (extra <= 0 or bucket in barrier), (bucket, n, seen.get(bucket), missed)
     lost = sum(expected.values()) - sum(min(seen.get(b, 0), n) for b, n in expected.items())
     assert lost <= missed, (lost, missed)
-    assert sum(seen.get(b, 0) for b in expected) - sum(expected.values()) < 8
     return lost
 
 
