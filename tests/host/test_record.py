@@ -126,6 +126,17 @@ def test_global_hash_lookups_are_computed(tmp_path):
     glob = [h for h in proc["hashes"] if h["kind"] == "global"]
     assert glob and glob[0]["lookups"] >= 2 * 4 * 100
     assert not [h for h in proc["hashes"] if h["kind"] == "private"]
+    # Every lookup has a bucket of one node's table and a possible node
+    # (the bucket itself needs the mm pointer: test_fidelity's kprobe run
+    # checks it against the kernel's).
+    per_node = kmodel.load().global_hash.buckets_per_node
+    possible = open("/sys/devices/system/node/possible").read().strip() \
+        if os.path.exists("/sys/devices/system/node/possible") else "0"
+    nodes = {n for part in possible.split(",") for n in
+             range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+    keys = [k.split(":") for k in glob[0]["bucket_counts"]]
+    assert keys and all(len(k) == 2 and int(k[0]) in nodes and 0 <= int(k[1]) < per_node for k in keys)
+    assert sum(glob[0]["bucket_counts"].values()) == glob[0]["lookups"]
 
 
 @pytest.mark.parametrize("args, code, words", [
