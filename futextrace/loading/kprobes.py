@@ -109,4 +109,7 @@ def attach_kprobes(bpf, model, method: str) -> list[str]:
         attached.append(f"{'kretprobe' if kind == 'return' else 'kprobe'}:{sym}")
     attached += ["raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
     attached += [f"(not probed, inlined: {m})" for m in missing]
+    if not global_table_flags(ks):
+        attached.append("(global buckets unchecked: no __futex_data/__futex_queues in kallsyms, "
+                        "CONFIG_KALLSYMS_ALL unset or addresses hidden)")
     return attached
