@@ -110,6 +110,6 @@ def attach_kprobes(bpf, model, method: str) -> list[str]:
     attached += ["raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
     attached += [f"(not probed, inlined: {m})" for m in missing]
     if not global_table_flags(ks):
-        attached.append("(global buckets unchecked: no __futex_data/__futex_queues in kallsyms, "
-                        "CONFIG_KALLSYMS_ALL unset or addresses hidden)")
+        attached.append("(global buckets unchecked: neither __futex_data (6.17-7.2) nor __futex_queues "
+                        "(7.3) in kallsyms; needs CONFIG_KALLSYMS_ALL, and Debian's 7.3.4 shows neither)")
     return attached
