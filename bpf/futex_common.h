@@ -285,11 +285,21 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
 	return bpf_get_smp_processor_id() * CACHE_SLOTS + (way & (CACHE_SLOTS - 2));
 }
 
+/* The node __futex_hash() derives for a global key without one: hash bits
+ * above the mask, modulo nr_node_ids (possible nodes), and a node that is not
+ * possible moved to the next possible one (NODE_WRAP, from the loader). */
+static __always_inline s32 hash_node(u32 h)
+{
+	u32 n = (h >> GLOBAL_SHIFT) % NR_NODE_IDS;
+	return NODE_WRAP(n);
+}
+
 /*
  * Account one futex key lookup as the kernel's __futex_hash() would do it.
  * `hash` is mm's private hash (0: none), `hmask`/`hstate` its hash_mask and
  * state; `flags_private` says the key is a private one (FUTEX_PRIVATE_FLAG /
- * FUTEX2_PRIVATE); `node` is the NUMA node a futex2 call asked for (-1: none).
+ * FUTEX2_PRIVATE); `node` is the NUMA node of the key (FUTEX2_NUMA, or what
+ * the kernel resolved it to; -1: none).
  *
  * The count goes to this CPU's part of a two-way set-associative cache (an
  * array: the verifier inlines its lookups); the bounded `futexes` map is
@@ -297,25 +307,67 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
  * adds both up. The bucket (jhash2 of the key) is computed only when a futex
  * takes a slot: a cache hit is a few compares and an increment. With
  * CHECK_KERNEL_BUCKET (kprobe method) it is computed every time and checked
- * against the bucket the kernel returned.
+ * against the bucket and node the kernel returned (kernel_node -1: the
+ * private hash).
  */
+static __always_inline void classify(struct futex_stat_key *key, u32 *atomic, u64 hash,
+				     u32 hmask, u32 hstate, int flags_private, s32 node)
+{
+	if (hash && flags_private && node < 0 && hmask) {
+		/* Private hash: one reference get and put around the lookup. */
+		key->kind = FT_PRIVATE;
+		key->hash_mask = hmask;
+		*atomic = hstate != 0;
+	} else if (!flags_private) {
+		key->kind = FT_GLOBAL_SHARED;   /* inode or mm-shared key: hash input not visible */
+	} else if (node >= 0) {
+		key->kind = FT_GLOBAL_NUMA;
+		key->hash_mask = node;          /* one entry per node (see futextrace.h) */
+	} else {
+		key->kind = FT_GLOBAL;
+	}
+}
+
+/* The bucket and node, as __futex_hash() computes them (~0: not computable). */
+static __always_inline void bucket_of(struct futex_stat_key *key, u64 mm, s32 node,
+				      u32 *bucket, s32 *bnode)
+{
+	u32 offset = key->uaddr % PAGE_SIZE_;
+	u64 address = key->uaddr - offset;
+	*bucket = ~0;
+	*bnode = -1;
+	if (key->kind == FT_PRIVATE) {
+		*bucket = hash_private(address, offset) & key->hash_mask;
+	} else if (key->kind != FT_GLOBAL_SHARED) {
+		if (!mm)
+			mm = current_mm();
+		u32 h = hash_global(mm, address, offset);
+		*bucket = h & GLOBAL_MASK;
+		*bnode = node >= 0 ? node : hash_node(h);
+	}
+}
+
+static __always_inline void fill_slot(struct cache_slot *cs, struct futex_stat_key *key,
+				      u32 atomic, u32 bucket, s32 bnode, u32 kernel_bucket)
+{
+	cs->key = *key;
+	cs->st.lookups = 1;
+	cs->st.atomic_lookups = atomic;
+	cs->st.bucket = bucket;
+	cs->st.node = bnode;
+	cs->st.hash_mask = key->kind == FT_PRIVATE ? key->hash_mask : 0;
+	cs->st.kernel_bucket = kernel_bucket;
+}
+
 static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask, u32 hstate,
-					   u64 uaddr, int flags_private, s32 node, u32 kernel_bucket)
+					   u64 uaddr, int flags_private, s32 node,
+					   u32 kernel_bucket, s32 kernel_node)
 {
 	struct futex_stat_key key = {};
 	u32 atomic = 0;
 	key.tgid = tgid;
 	key.uaddr = uaddr;
-	if (hash && flags_private && node < 0 && hmask) {
-		/* Private hash: one reference get and put around the lookup. */
-		key.kind = FT_PRIVATE;
-		key.hash_mask = hmask;
-		atomic = hstate != 0;
-	} else if (!flags_private) {
-		key.kind = FT_GLOBAL_SHARED;   /* inode or mm-shared key: hash input not visible */
-	} else {
-		key.kind = node >= 0 ? FT_GLOBAL_NUMA : FT_GLOBAL;
-	}
+	classify(&key, &atomic, hash, hmask, hstate, flags_private, node);
 
 	u32 s0 = slot_of(&key), s1 = s0 ^ 1;
 	struct cache_slot *a = fcache.lookup(&s0);
@@ -328,22 +380,13 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask
 	if (slot_hit(a, &key, atomic) || slot_hit(b, &key, atomic))
 		return;
 #endif
-	/* The bucket, as __futex_hash() computes it. */
-	u32 offset = uaddr % PAGE_SIZE_, bucket = ~0;
-	u64 address = uaddr - offset;
-	s32 bnode = -1;
-	if (key.kind == FT_PRIVATE) {
-		bucket = hash_private(address, offset) & hmask;
-	} else if (key.kind != FT_GLOBAL_SHARED) {
-		if (!mm)
-			mm = current_mm();
-		u32 h = hash_global(mm, address, offset);
-		bucket = h & GLOBAL_MASK;
-		bnode = node >= 0 ? node : (h >> GLOBAL_SHIFT) % NR_NODE_IDS;
-	}
+	u32 bucket;
+	s32 bnode;
+	bucket_of(&key, mm, node, &bucket, &bnode);
 #ifdef CHECK_KERNEL_BUCKET
-	/* Our jhash2 of the key against the bucket the kernel really chose. */
-	if (key.kind == FT_PRIVATE && bucket != kernel_bucket)
+	/* Our jhash2 of the key against the bucket and node the kernel chose. */
+	if (key.kind != FT_GLOBAL_SHARED && kernel_bucket != ~0U &&
+	    (bucket != kernel_bucket || bnode != kernel_node))
 		count(FTC_KERNEL_MISMATCH);
 	if (slot_hit(a, &key, atomic) || slot_hit(b, &key, atomic))
 		return;
@@ -353,13 +396,31 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask
 				(a->st.lookups <= b->st.lookups ? a : b));
 	if (cs->st.lookups)
 		flush_slot(cs);
-	cs->key = key;
-	cs->st.lookups = 1;
-	cs->st.atomic_lookups = atomic;
-	cs->st.bucket = bucket;
-	cs->st.node = bnode;
-	cs->st.hash_mask = key.hash_mask;
-	cs->st.kernel_bucket = kernel_bucket;
+	fill_slot(cs, &key, atomic, bucket, bnode, kernel_bucket);
+}
+
+/* The same, straight into the `futexes` map, bypassing the cache: for the
+ * futex_waitv loop, where the cache's branches would multiply the states the
+ * verifier walks per entry past its limit. Not a hot path. */
+static __always_inline void account_direct(u32 tgid, u64 hash, u32 hmask, u32 hstate,
+					   u64 uaddr, int flags_private, s32 node)
+{
+	struct cache_slot cs = {};
+	struct futex_stat_key key = {};
+	u32 atomic = 0, bucket;
+	s32 bnode;
+	key.tgid = tgid;
+	key.uaddr = uaddr;
+	classify(&key, &atomic, hash, hmask, hstate, flags_private, node);
+	bucket_of(&key, 0, node, &bucket, &bnode);
+	fill_slot(&cs, &key, atomic, bucket, bnode, ~0);
+	struct futex_stat *st = futexes.lookup(&cs.key);
+	if (st) {
+		st->lookups++;
+		st->atomic_lookups += atomic;
+	} else if (futexes.insert(&cs.key, &cs.st)) {
+		count_unattributed(key.kind, 1);   /* map full (or a racing insert: rare) */
+	}
 }
 
 

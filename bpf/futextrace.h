@@ -13,12 +13,9 @@ enum ft_kind {
 	FT_PRIVATE = 0,       /* the process's private hash, bucket computed */
 	FT_GLOBAL = 1,        /* global hash, private futex key: bucket computed */
 	FT_GLOBAL_SHARED = 2, /* global hash, shared futex key (inode/mm-shared): bucket unknown */
-	FT_GLOBAL_NUMA = 3,   /* FUTEX2_NUMA/MPOL futex: global hash on a chosen node */
+	FT_GLOBAL_NUMA = 3,   /* FUTEX2_NUMA futex: global hash on the node it names, or
+	                       * (node -1) on the node of the CPU making the call */
 };
-
-/* futex_stat.node for a FUTEX2_NUMA futex that let the kernel pick the
- * node of the CPU it ran on; resolved per CPU in user space. */
-#define FT_NODE_LOCAL (-2)
 
 /* Per-CPU counters (the `counters` array), index = enum ft_counter. */
 enum ft_counter {
@@ -33,6 +30,14 @@ enum ft_counter {
 	FTC_REF_PUT_ATOMIC,
 	FTC_KERNEL_MISMATCH,  /* kprobe method: computed bucket != kernel's bucket */
 	FTC_READ_FAULTS,      /* a kernel/user read failed */
+	FTC_UNATTR_UNREADABLE, /* lookups whose key sits in user memory BPF could not read
+	                       * (a futex_waitv entry or a FUTEX2_NUMA node word on a page
+	                       * not present: the kernel faults it in, BPF cannot); hash
+	                       * unknown, so in neither FTC_PRIVATE nor FTC_GLOBAL */
+	FTC_MPOL_ASSUMED,     /* FUTEX2_MPOL lookups (tracepoint method): the VMA's memory
+	                       * policy is not visible from sys_enter, so each is counted
+	                       * where it goes when the VMA has none (futex_mpol() gives
+	                       * no node); with a policy the kernel uses its node's table */
 	FTC_NR,
 };
 
@@ -44,7 +49,9 @@ struct futex_stat_key {
 	u32 kind;             /* enum ft_kind */
 	u64 uaddr;            /* user address of the futex word */
 	u32 hash_mask;        /* private hash size - 1 (0: global); the bucket
-	                       * is a function of (uaddr, hash_mask) */
+	                       * is a function of (uaddr, hash_mask). FT_GLOBAL_NUMA:
+	                       * the node, so one futex used from two nodes' CPUs with
+	                       * node -1 is two entries */
 	u32 pad;
 };
 

@@ -28,6 +28,46 @@ struct key_copy {
 };
 BPF_HASH(inflight, u64, struct key_copy, 10240);
 
+/*
+ * Which node's global table, and which bucket in it, a returned hb is: the
+ * table bases are read from the kernel's own pointers (GLOBAL_TABLES: the
+ * address of __futex_data.queues[], or with GLOBAL_TABLES_INDIRECT of
+ * __futex_queues, 7.3's pointer to its nr_node_ids-entry array; from
+ * kallsyms). Without them (no CONFIG_KALLSYMS_ALL) the bucket stays unknown
+ * (~0) and is not checked. An hb in no table is a mismatch.
+ */
+static __always_inline void global_bucket_of(u64 hb, u32 *bucket, s32 *node)
+{
+#ifdef GLOBAL_TABLES
+	u64 tables = GLOBAL_TABLES;
+#ifdef GLOBAL_TABLES_INDIRECT
+	tables = read_ptr(tables);
+#endif
+	u64 span = (u64)(GLOBAL_MASK + 1) * BUCKET_SIZE;
+	for (u32 n = 0; n < NR_NODE_IDS && n < 64; n++) {
+		u64 base = read_ptr(tables + n * 8);
+		if (base && hb >= base && hb < base + span) {
+			*bucket = (hb - base) / BUCKET_SIZE;
+			*node = n;
+			return;
+		}
+	}
+	count(FTC_KERNEL_MISMATCH);
+#endif
+}
+
+/* A shared key (inode or mm-shared) has all its hash input in the key here:
+ * check the kernel's global bucket against our jhash2 of it too. */
+static __always_inline void check_shared(struct key_copy *k, u32 kbucket, s32 knode)
+{
+	if (kbucket == ~0U)
+		return;
+	u32 h = hash_global(k->ptr, k->word, k->offset);
+	s32 node = k->node >= 0 ? k->node : hash_node(h);
+	if ((h & GLOBAL_MASK) != kbucket || node != knode)
+		count(FTC_KERNEL_MISMATCH);
+}
+
 int kp_futex_hash(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -62,18 +102,25 @@ int kr_futex_hash(struct pt_regs *ctx)
 #endif
 #endif
 	u32 mask = 0, state = 0, kbucket = ~0;
+	s32 knode = -1;
 	if (fph) {
 		struct fph_head h = {};
 		bpf_probe_read_kernel(&h, sizeof(h), (void *)(fph + OFF_FPH_STATE));
 		mask = h.hash_mask;
 		state = h.state;
 		kbucket = (hb - fph - OFF_FPH_QUEUES) / BUCKET_SIZE;
-		/* futex_hash() took a reference on the private hash for this lookup. */
+		/* futex_hash() took a reference on the private hash for this lookup;
+		 * per-CPU or atomic is fph->state as read here, at the probe. */
 		count(state ? FTC_REF_GET_ATOMIC : FTC_REF_GET_PERCPU);
+	} else {
+		global_bucket_of(hb, &kbucket, &knode);
 	}
 	int priv = !(key.offset & (FUT_OFF_INODE_ | FUT_OFF_MMSHARED_));
+	if (!priv)
+		check_shared(&key, kbucket, knode);
 	u64 uaddr = key.word + (key.offset & ~3U);
-	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv, key.node, kbucket);
+	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv, key.node,
+		       kbucket, knode);
 	return 0;
 }
 
@@ -92,12 +139,58 @@ int kr_futex_private_hash(struct pt_regs *ctx)
 	return 0;
 }
 
-/* One reference dropped on `fph`, on the per-CPU counter or the shared atomic. */
-static __always_inline int count_put(u64 fph)
+#ifdef BUCKET_HAS_PRIV
+/* futex_hash_get(hb) (6.17-7.1): the extra reference futex_unlock_pi and
+ * requeue-PI take (q->drop_hb_ref), dropped by futex_hash_put. */
+int kp_futex_hash_get(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	if (!fph || !task_wanted(id >> 32, (u32)id))
+	if (!task_wanted(id >> 32, (u32)id))
 		return 0;
+	u64 fph = read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV);
+	if (!fph)
+		return 0;
+	u32 state = 0;
+	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
+	count(state ? FTC_REF_GET_ATOMIC : FTC_REF_GET_PERCPU);
+	return 0;
+}
+#endif
+
+/*
+ * Puts: futex_hash_put(hb) (6.17-7.1) calls futex_private_hash_put(fph),
+ * which GCC may inline there or not, and may split so that its body is
+ * `futex_private_hash_put.part.0`, which core.c callers can reach directly.
+ * Every one that has a symbol is probed, and each put counted once. Levels
+ * 0, 1, 2 in that calling order: a probe continues the put of the last probed
+ * function of this task at a lower level when its return address is the one
+ * that function saw (a tail jump from it) or lies inside that function's text
+ * (a call from it). PUT_*_LO/HI: each function's text range, from kallsyms.
+ */
+struct put_mark { u64 ret; u64 lo; u64 hi; u32 level; u32 pad; };
+BPF_TABLE("lru_hash", u32, struct put_mark, put_marks, 4096);
+
+static __always_inline int count_put(struct pt_regs *ctx, u64 fph, u32 level, u64 lo, u64 hi)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	if (!task_wanted(id >> 32, (u32)id))
+		return 0;
+	u32 tid = id;
+	u64 ret = 0;
+	bpf_probe_read_kernel(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx));
+	struct put_mark *m = put_marks.lookup(&tid);
+	if (m && m->level < level && (ret == m->ret || (ret >= m->lo && ret < m->hi))) {
+		m->ret = ret;
+		m->lo = lo;
+		m->hi = hi;
+		m->level = level;
+		return 0;
+	}
+	struct put_mark now = { .ret = ret, .lo = lo, .hi = hi, .level = level };
+	put_marks.update(&tid, &now);
+	if (!fph)
+		return 0;
+	/* Per-CPU or atomic: fph->state as read here, at the probe. */
 	u32 state = 0;
 	bpf_probe_read_kernel(&state, 4, (void *)(fph + OFF_FPH_STATE));
 	count(state ? FTC_REF_PUT_ATOMIC : FTC_REF_PUT_PERCPU);
@@ -106,15 +199,18 @@ static __always_inline int count_put(u64 fph)
 
 int kp_futex_private_hash_put(struct pt_regs *ctx)
 {
-	return count_put(PT_REGS_PARM1(ctx));
+	return count_put(ctx, PT_REGS_PARM1(ctx), 1, PUT_FPH_LO, PUT_FPH_HI);
+}
+
+int kp_futex_private_hash_put_part(struct pt_regs *ctx)
+{
+	return count_put(ctx, PT_REGS_PARM1(ctx), 2, PUT_PART_LO, PUT_PART_HI);
 }
 
 #ifdef BUCKET_HAS_PRIV
-/* futex_hash_put(hb) (6.17-7.1): drops the lookup's reference through
- * hb->priv; its call to futex_private_hash_put() is inlined there. */
 int kp_futex_hash_put(struct pt_regs *ctx)
 {
-	return count_put(read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV));
+	return count_put(ctx, read_ptr(PT_REGS_PARM1(ctx) + OFF_HB_PRIV), 0, PUT_HB_LO, PUT_HB_HI);
 }
 #endif
 

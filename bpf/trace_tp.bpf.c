@@ -19,9 +19,11 @@
 #define NR_futex_requeue 456
 #define PR_FUTEX_HASH_ 78
 #define FUTEX_WAITV_MAX_ 128
-/* Entries of one futex_waitv call accounted one by one; a bigger loop makes
- * the verifier give up. The rest are counted as unattributed lookups. */
-#define WAITV_TRACED 8
+#define MAX_NUMNODES_ 1024   /* the kernel's bound on a FUTEX2_NUMA node, before node_possible() */
+/* A futex2 key the kernel rejects before hashing (misaligned, bad node). */
+#define NO_LOOKUP (-3)
+/* The node word could not be read here (page not present): unknown. */
+#define NODE_UNREADABLE (-4)
 
 struct futex_waitv_ { u64 val; u64 uaddr; u32 flags; u32 reserved; };
 
@@ -30,29 +32,150 @@ struct futex_waitv_ { u64 val; u64 uaddr; u32 flags; u32 reserved; };
 BPF_HASH(prctl_pending, u32, u8, 1024);
 #endif
 
-/* Node a FUTEX2_NUMA futex asks for: the u32 after the futex word (for u32 futexes). */
+/*
+ * The node of a futex2 key, as get_futex_key() sets it: FUTEX2_NUMA reads a
+ * node from the u32 after the futex word (-1: the node of the CPU making the
+ * call, numa_node_id()); FUTEX2_MPOL without a node asks the VMA's memory
+ * policy, which sys_enter cannot see: counted (FTC_MPOL_ASSUMED) and taken as
+ * "no policy", i.e. -1 without FUTEX2_NUMA, this CPU's node with it.
+ */
 static __always_inline s32 futex2_node(u64 uaddr, u32 flags)
 {
-	if (!(flags & FUTEX2_NUMA_))
+	if (!(flags & (FUTEX2_NUMA_ | FUTEX2_MPOL_)))
 		return -1;
 	s32 node = -1;
-	u32 size = 1 << (flags & FUTEX2_SIZE_MASK_);
-	bpf_probe_read_user(&node, sizeof(node), (void *)(uaddr + size));
-	/* -1 = "this CPU's node": the values are per CPU, so user space resolves it. */
-	return node < 0 ? FT_NODE_LOCAL : node;
+	if (flags & FUTEX2_NUMA_) {
+		u32 size = 1 << (flags & FUTEX2_SIZE_MASK_);
+		if (uaddr & (2 * size - 1))
+			return NO_LOOKUP;            /* -EINVAL: futex + node not naturally aligned */
+		if (bpf_probe_read_user(&node, sizeof(node), (void *)(uaddr + size)))
+			return NODE_UNREADABLE;
+		if (node != -1 && ((u32)node >= MAX_NUMNODES_ || !NODE_POSSIBLE(node)))
+			return NO_LOOKUP;            /* -EINVAL */
+	}
+	if (node == -1 && (flags & FUTEX2_MPOL_))
+		count(FTC_MPOL_ASSUMED);
+	if (node == -1 && (flags & FUTEX2_NUMA_))
+		node = bpf_get_numa_node_id();
+	return node;
+}
+
+/* One futex2 key: futex_wait/futex_wake through the cache, a
+ * futex_waitv/futex_requeue entry (`direct`) straight into the map. */
+static __always_inline void account_futex2(u32 tgid, u64 hash, u32 hmask, u32 hstate,
+					   u64 uaddr, u32 flags, int direct)
+{
+	s32 node = futex2_node(uaddr, flags);
+	if (node == NO_LOOKUP)
+		return;
+	if (node == NODE_UNREADABLE) {
+		count(FTC_UNATTR_UNREADABLE);
+		return;
+	}
+	if (direct)
+		account_direct(tgid, hash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node);
+	else
+		account_lookup(tgid, 0, hash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node,
+			       ~0, -1);
 }
 
 /* How many keys each futex(2) command hashes: uaddr, and uaddr2 for the
- * two-futex commands; 0 for commands that fail before hashing. */
+ * two-futex commands (FUTEX_WAIT_REQUEUE_PI takes uaddr2's key but hashes
+ * only uaddr's); 0 for commands that fail before hashing. */
 static __always_inline int futex_cmd_keys(u32 cmd)
 {
 	switch (cmd) {
-	case 0: case 1: case 6: case 7: case 8: case 9: case 10: case 13:
+	case 0: case 1: case 6: case 7: case 8: case 9: case 10: case 11: case 13:
 		return 1;
-	case 3: case 4: case 5: case 11: case 12:
+	case 3: case 4: case 5: case 12:
 		return 2;
 	}
 	return 0;
+}
+
+/*
+ * futex_waitv(waiters, nr, flags, ...) and futex_requeue(waiters[2], ...):
+ * one key per struct futex_waitv entry, all up to FUTEX_WAITV_MAX_. The
+ * verifier walks a loop once per iteration, and 128 entries in one program
+ * exceed its budget (BCC cannot relocate a bpf_loop callback), so the entries
+ * go WAITV_CHUNK at a time through a program that tail-calls itself
+ * (waitv_progs[0], filled by the loader), with its progress in `waitv_work`.
+ * The kernel copies the whole array before hashing any entry (-EFAULT:
+ * nothing hashed); an entry BPF cannot read (page not present) is counted as
+ * unattributed for that cause. futex_waitv hashes entries in order and stops
+ * at the first whose futex no longer holds its expected value (-EAGAIN), so
+ * that value is read here too; futex_requeue hashes both keys before it
+ * compares anything.
+ */
+#define WAITV_CHUNK 32
+struct waitv_work { u64 waiters; u64 hash; u32 tgid; u32 hmask; u32 hstate; u32 n; u32 next; u32 is_waitv; };
+BPF_PERCPU_ARRAY(waitv_work, struct waitv_work, 1);
+BPF_PROG_ARRAY(waitv_progs, 1);
+
+static __always_inline void account_waitv(void *ctx, u32 tgid, u64 hash, u32 hmask, u32 hstate,
+					  u64 waiters, u32 n, u32 is_waitv)
+{
+	if (n == 0 || n > FUTEX_WAITV_MAX_)
+		return;                             /* -EINVAL before any lookup */
+	u32 zero = 0;
+	struct waitv_work *w = waitv_work.lookup(&zero);
+	if (!w)
+		return;
+	w->waiters = waiters;
+	w->hash = hash;
+	w->tgid = tgid;
+	w->hmask = hmask;
+	w->hstate = hstate;
+	w->n = n;
+	w->next = 0;
+	w->is_waitv = is_waitv;
+	waitv_progs.call(ctx, 0);
+	/* Only reached if the tail call failed: no chunk program loaded. */
+	u32 idx = FTC_UNATTR_UNREADABLE;
+	u64 *c = counters.lookup(&idx);
+	if (c)
+		*c += n;
+}
+
+static __always_inline int waitv_chunk(void *ctx)
+{
+	u32 zero = 0;
+	struct waitv_work *w = waitv_work.lookup(&zero);
+	if (!w)
+		return 0;
+	u32 start = w->next, n = w->n;
+	for (u32 j = 0; j < WAITV_CHUNK; j++) {
+		u32 i = start + j;
+		if (i >= n || i >= FUTEX_WAITV_MAX_)
+			return 0;
+		struct futex_waitv_ e = {};
+		if (bpf_probe_read_user(&e, sizeof(e), (void *)(w->waiters + i * sizeof(e)))) {
+			u32 idx = FTC_UNATTR_UNREADABLE;
+			u64 *c = counters.lookup(&idx);
+			if (c)
+				*c += n - i;
+			return 0;
+		}
+		account_futex2(w->tgid, w->hash, w->hmask, w->hstate, e.uaddr, e.flags, 1);
+		u32 now = 0;
+		if (w->is_waitv && !bpf_probe_read_user(&now, sizeof(now), (void *)e.uaddr) &&
+		    now != (u32)e.val)
+			return 0;
+	}
+	w->next = start + WAITV_CHUNK;
+	if (w->next < n)
+		waitv_progs.call(ctx, 0);
+	return 0;
+}
+
+int ft_btf_waitv_chunk(u64 *ctx)
+{
+	return waitv_chunk(ctx);
+}
+
+int ft_raw_waitv_chunk(struct bpf_raw_tracepoint_args *ctx)
+{
+	return waitv_chunk(ctx);
 }
 
 /*
@@ -66,7 +189,7 @@ static __always_inline int traced_nr(u64 nr)
 	       nr == NR_futex_waitv || nr == NR_futex_requeue || nr == NR_prctl;
 }
 
-static __always_inline int on_sys_enter(u64 nr, struct task_struct *task, void *regs)
+static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *task, void *regs)
 {
 	u32 tgid = LOAD(u32, task, OFF_TASK_TGID);
 	u32 tid = LOAD(u32, task, OFF_TASK_PID);
@@ -112,39 +235,23 @@ static __always_inline int on_sys_enter(u64 nr, struct task_struct *task, void *
 		int priv = !!(op & FUTEX_PRIVATE_FLAG_);
 		if (nkeys == 0 || (uaddr & 3))
 			return 0;
-		account_lookup(tgid, mm, hash, hmask, hstate, uaddr, priv, -1, ~0);
+		account_lookup(tgid, mm, hash, hmask, hstate, uaddr, priv, -1, ~0, -1);
 		if (nkeys == 2) {
 			u64 uaddr2 = LOAD(u64, regs, OFF_REGS_R8);
 			if (!(uaddr2 & 3))
-				account_lookup(tgid, mm, hash, hmask, hstate, uaddr2, priv, -1, ~0);
+				account_lookup(tgid, mm, hash, hmask, hstate, uaddr2, priv, -1, ~0, -1);
 		}
 		return 0;
 	}
 	if (nr == NR_futex_wait || nr == NR_futex_wake) {
 		/* futex_wake(uaddr, mask, nr, flags); futex_wait(uaddr, val, mask, flags, ...) */
-		u32 flags = LOAD(u64, regs, OFF_REGS_R10);
-		account_lookup(tgid, mm, hash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_),
-			       futex2_node(uaddr, flags), ~0);
+		account_futex2(tgid, hash, hmask, hstate, uaddr, LOAD(u64, regs, OFF_REGS_R10), 0);
 		return 0;
 	}
-	/* futex_waitv(waiters, nr, flags, ...) and futex_requeue(waiters[2], ...):
-	 * one key per struct futex_waitv entry. */
-	u32 n = nr == NR_futex_requeue ? 2 : (u32)arg1;
-	if (n > FUTEX_WAITV_MAX_)
-		return 0;
-	if (n > WAITV_TRACED)
-		count_unattributed(FT_GLOBAL, n - WAITV_TRACED);   /* hash unknown: keep the total right */
-	for (u32 i = 0; i < WAITV_TRACED; i++) {
-		if (i >= n)
-			break;
-		struct futex_waitv_ w = {};
-		if (bpf_probe_read_user(&w, sizeof(w), (void *)(uaddr + i * sizeof(w)))) {
-			count(FTC_READ_FAULTS);
-			break;
-		}
-		account_lookup(tgid, mm, hash, hmask, hstate, w.uaddr, !!(w.flags & FUTEX2_PRIVATE_),
-			       futex2_node(w.uaddr, w.flags), ~0);
-	}
+	if (nr == NR_futex_requeue)
+		account_waitv(ctx, tgid, hash, hmask, hstate, uaddr, 2, 0);
+	else
+		account_waitv(ctx, tgid, hash, hmask, hstate, uaddr, (u32)arg1, 1);
 	return 0;
 }
 
@@ -172,7 +279,7 @@ int ft_btf_sys_enter(u64 *ctx)
 {
 	if (!traced_nr(ctx[1]))
 		return 0;
-	return on_sys_enter(ctx[1], bpf_get_current_task_btf(), (void *)ctx[0]);
+	return on_sys_enter(ctx, ctx[1], bpf_get_current_task_btf(), (void *)ctx[0]);
 }
 
 /* Left out while tp_btf is tried: a quarter of the compile time (loader.py). */
@@ -182,7 +289,7 @@ int ft_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (!traced_nr(ctx->args[1]))
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
-	return on_sys_enter(ctx->args[1], task, (void *)bpf_task_pt_regs(task));
+	return on_sys_enter(ctx, ctx->args[1], task, (void *)bpf_task_pt_regs(task));
 }
 #endif
 

@@ -278,7 +278,8 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
     measured = (f"measured: {d} distinct futexes in {cur or 'the global hash'}{' buckets' if cur else ''}, "
                 f"{h.get('collisions', 0)} sharing a bucket"
                 + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
-                + f", {atomic_share:.1%} of refcount gets atomic")
+                + f", {atomic_share:.1%} of refcount gets atomic"
+                + (" (inferred)" if str(rc.get("source", "")).startswith("inferred") else ""))
     exp_now = expected_collisions(d, cur) if cur else None
     exp_new = expected_collisions(d, slots)
     if st.global_chosen:

@@ -59,3 +59,20 @@ def read(sys_root: Path = SYS) -> Topology:
         for c in parse_cpulist(cpus or ""):
             cpu_node[c] = n
     return Topology(online, len(possible), cpu_node, nodes, pnodes)
+
+
+def node_macros(possible_nodes: list[int]) -> dict[str, str | int]:
+    """The BPF side's view of node_possible_map, as the kernel's __futex_hash()
+    uses it: NR_NODE_IDS (highest possible node + 1), NODE_POSSIBLE(n), and
+    NODE_WRAP(n), which moves a node that is not possible to the next possible
+    one, wrapping (find_next_bit_wrap). Both are the identity on the usual
+    dense node maps."""
+    possible = sorted(set(possible_nodes)) or [0]
+    nr = possible[-1] + 1
+    holes = [n for n in range(nr) if n not in possible]
+    wrap, test = "(n)", "1"
+    for n in reversed(holes):
+        nxt = next(p for p in possible if p > n)   # the last node is possible: no wrap needed
+        wrap = f"((n) == {n} ? {nxt} : {wrap})"
+        test = f"((n) != {n} && {test})"
+    return {"NR_NODE_IDS": nr, "NODE_POSSIBLE(n)": f"((n) < {nr} && {test})", "NODE_WRAP(n)": wrap}

@@ -1,8 +1,13 @@
 """Attach the kprobe method's programs to the futex hash functions the
-running kernel really has (names and clones from the kernel model)."""
+running kernel really has (names and clones from the kernel model), and give
+them what they need from kallsyms: the global tables' address and the text
+range of each refcount-put function."""
 from __future__ import annotations
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
+from futextrace.kernel.kallsyms import Kallsyms
+
+PUT_PART = "futex_private_hash_put.part.0"   # GCC's split body (7.2+ and backports)
 
 # (kernel function, BPF function, kind, needed). Optional probes that the
 # kernel inlined are reported as missing; a required one stops the method.
@@ -10,12 +15,50 @@ PROBES = [
     ("futex_hash", "kp_futex_hash", "entry", True),
     ("futex_hash", "kr_futex_hash", "return", True),
     ("futex_private_hash", "kr_futex_private_hash", "return", False),
+    ("futex_hash_get", "kp_futex_hash_get", "entry", False),   # 6.17-7.1 only (hb->priv)
     ("futex_private_hash_put", "kp_futex_private_hash_put", "entry", False),
+    (PUT_PART, "kp_futex_private_hash_put_part", "entry", False),
     ("futex_hash_put", "kp_futex_hash_put", "entry", False),   # 6.17-7.1 only (hb->priv)
     ("futex_hash_allocate", "kp_futex_hash_allocate", "entry", False),
     ("futex_hash_allocate", "kr_futex_hash_allocate", "return", False),
     ("__futex_pivot_hash", "kr_futex_pivot_hash", "return", False),
 ]
+HB_PRIV_ONLY = {"kp_futex_hash_get", "kp_futex_hash_put"}   # 7.2+ removed both functions
+
+# -D macro prefix -> the put function whose text range it names.
+PUT_RANGES = {"PUT_HB": "futex_hash_put", "PUT_FPH": "futex_private_hash_put", "PUT_PART": PUT_PART}
+
+
+def _kallsyms() -> Kallsyms | None:
+    try:
+        ks = Kallsyms.from_file("/proc/kallsyms")
+    except OSError:
+        return None
+    return ks if ks.addresses_visible else None
+
+
+def text_range(ks: Kallsyms | None, name: str) -> tuple[int, int]:
+    """[start, next text symbol) of `name`; (0, 0) when unknown."""
+    sym = ks.lookup(name) if ks else None
+    if sym is None or not sym.address:
+        return 0, 0
+    later = (s.address for s in ks.symbols if s.type in "Tt" and s.address and s.address > sym.address)
+    return sym.address, min(later, default=sym.address + 1)
+
+
+def global_table_flags(ks: Kallsyms | None) -> list[str]:
+    """Where the global hash's per-node table pointers are: __futex_data.queues
+    (6.17-7.2: after `unsigned long hashmask; unsigned int hashshift;`, offset
+    16 on 64-bit) or, 7.3, __futex_queues, a pointer to the array. Data
+    symbols need CONFIG_KALLSYMS_ALL (Debian's kernels have it); without them
+    global buckets are not checked against the kernel's."""
+    data = ks.lookup("__futex_data") if ks else None
+    if data and data.address:
+        return [f"-DGLOBAL_TABLES={data.address + 16:#x}ULL"]
+    queues = ks.lookup("__futex_queues") if ks else None
+    if queues and queues.address:
+        return [f"-DGLOBAL_TABLES={queues.address:#x}ULL", "-DGLOBAL_TABLES_INDIRECT"]
+    return []
 
 
 def cflags(model) -> list[str]:
@@ -24,21 +67,34 @@ def cflags(model) -> list[str]:
         flags.append("-DHASH_RETURNS_REF")
     elif model.bucket_has_priv:
         flags += ["-DBUCKET_HAS_PRIV", f"-DOFF_HB_PRIV={model.offsets['futex_hash_bucket.priv']}"]
+    ks = _kallsyms()
+    flags += global_table_flags(ks)
+    for macro, func in PUT_RANGES.items():
+        lo, hi = text_range(ks, func)
+        flags += [f"-D{macro}_LO={lo:#x}ULL", f"-D{macro}_HI={hi:#x}ULL"]
     return flags
+
+
+def _symbol(model, ks: Kallsyms | None, func: str) -> str | None:
+    if func == PUT_PART:   # a fragment, not in the model's function list
+        return PUT_PART if ks and ks.lookup(PUT_PART) else None
+    info = model.functions.get(func)
+    return info.symbol if info and info.has_symbol and info.symbol else None
 
 
 def attach_kprobes(bpf, model, method: str) -> list[str]:
     attached, missing = [], []
+    ks = _kallsyms()
     for func, fn, kind, needed in PROBES:
-        if fn == "kp_futex_hash_put" and not model.bucket_has_priv:
-            continue   # 7.2+: no futex_hash_put, puts go through futex_private_hash_put
-        info = model.functions.get(func)
-        sym = info.symbol if info and info.has_symbol and info.symbol else None
+        if fn in HB_PRIV_ONLY and not model.bucket_has_priv:
+            continue
+        sym = _symbol(model, ks, func)
         if sym is None:
             if needed:
                 raise EnvironmentProblem(f"{func} has no symbol on this kernel (inlined): "
                                          "use --method tracepoint")
-            missing.append(func)
+            if func != PUT_PART:   # most kernels have no split body: nothing missing
+                missing.append(func)
             continue
         try:
             if kind == "entry":
@@ -53,4 +109,7 @@ def attach_kprobes(bpf, model, method: str) -> list[str]:
         attached.append(f"{'kretprobe' if kind == 'return' else 'kprobe'}:{sym}")
     attached += ["raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
     attached += [f"(not probed, inlined: {m})" for m in missing]
+    if not global_table_flags(ks):
+        attached.append("(global buckets unchecked: neither __futex_data (6.17-7.2) nor __futex_queues "
+                        "(7.3) in kallsyms; needs CONFIG_KALLSYMS_ALL, and Debian's 7.3.4 shows neither)")
     return attached

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
 from futextrace.loading.layout import bpf_dir
-from futextrace.kernel.topology import nr_cpu_ids
+from futextrace.kernel.topology import node_macros, nr_cpu_ids
 
 METHODS = ("fentry", "kprobe", "tracepoint")
 CACHE_SLOTS_MAX = 4096      # per-CPU slots of the cache in front of the futexes map
@@ -112,7 +112,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     g = model.global_hash
     off["GLOBAL_MASK"] = g.buckets_per_node - 1
     off["GLOBAL_SHIFT"] = g.shift
-    off["NR_NODE_IDS"] = max(model.topology.nodes, default=0) + 1
+    off.update(node_macros(model.topology.possible_nodes))   # nr_node_ids: possible nodes
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
     off["MAX_FUTEXES"] = max_futexes
@@ -228,6 +228,9 @@ class Program:
             if not probes:
                 self._bpf.attach_raw_tracepoint(tp=b"sys_enter", fn_name=b"ft_raw_sys_enter")
                 probes.append("raw_tracepoint:sys_enter")
+            # futex_waitv entries beyond one program's verifier budget: a tail call.
+            tpbtf.fill_tail_call(self._bpf, "waitv_progs", "ft_btf_waitv_chunk", "ft_raw_waitv_chunk",
+                                 tp_id if probes[0].startswith("tp_btf") else None)
             if self.exact_prctl:
                 self._bpf.attach_tracepoint(tp=b"syscalls:sys_exit_prctl", fn_name=b"ft_tp_sys_exit_prctl")
                 probes.append("tracepoint:syscalls:sys_exit_prctl")

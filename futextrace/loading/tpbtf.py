@@ -50,6 +50,19 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     `btf_trace_<name>` typedef has BTF id `btf_id`, and attach it. Returns
     (attachment fd, program fd): closing the attachment detaches; the program
     fd stays open for its run statistics (bpfsys.prog_stats)."""
+    prog_fd = load(bcc, fn_name, btf_id)
+    try:
+        link = bytearray(16)
+        struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
+        return bpf(BPF_RAW_TRACEPOINT_OPEN, link), prog_fd
+    except OSError as e:
+        os.close(prog_fd)
+        raise KernelRefused(f"the kernel refused to attach tp_btf program {fn_name} ({e.strerror})")
+
+
+def load(bcc, fn_name: str, btf_id: int) -> int:
+    """Load BCC function `fn_name` as a tp_btf program for `btf_id` without
+    attaching it (also for a program another one tail-calls); its fd."""
     try:
         insns = bcc.dump_func(fn_name.encode())
     except Exception as e:  # BCC raises bare Exceptions
@@ -58,17 +71,25 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
         # No verifier log on the first try: logging every instruction it checks
         # made the load take 0.76 s instead of 0.1 s. A refusal is retried with
         # the log, for the reason to show.
-        prog_fd = _load(insns, fn_name, btf_id, log_level=0)
+        return _load(insns, fn_name, btf_id, log_level=0)
     except OSError:
         try:
-            prog_fd = _load(insns, fn_name, btf_id, log_level=1)
+            return _load(insns, fn_name, btf_id, log_level=1)
         except OSError as e:
             raise KernelRefused(f"the kernel refused tp_btf program {fn_name} ({e.strerror})"
                                 + (f": {e.verifier_says}" if getattr(e, "verifier_says", "") else ""))
+
+
+def fill_tail_call(bcc, table: str, fn_btf: str, fn_raw: str, btf_id: int | None) -> None:
+    """Put the program `table`[0] tail-calls in place, of its caller's type:
+    tp_btf for `btf_id`, else a raw tracepoint. The prog array holds its own
+    reference, dropped with the array when the programs are unloaded."""
+    if btf_id is None:
+        from bcc import BPF
+        bcc[table][ctypes.c_int(0)] = ctypes.c_int(bcc.load_func(fn_raw.encode(), BPF.RAW_TRACEPOINT).fd)
+        return
+    fd = load(bcc, fn_btf, btf_id)
     try:
-        link = bytearray(16)
-        struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
-        return bpf(BPF_RAW_TRACEPOINT_OPEN, link), prog_fd
-    except OSError as e:
-        os.close(prog_fd)
-        raise KernelRefused(f"the kernel refused to attach tp_btf program {fn_name} ({e.strerror})")
+        bcc[table][ctypes.c_int(0)] = ctypes.c_int(fd)
+    finally:
+        os.close(fd)

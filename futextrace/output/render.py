@@ -54,9 +54,15 @@ def render_text(rec: dict) -> str:
            "",
            f"Lookups: {t['lookups']} in {rec['duration_s']:.2f} s ({t['lookups_per_s']:.0f}/s); "
            f"private hash {t['private']}, global hash {t['global']}"]
-    if t["unattributed"]:
-        out.append(f"  {t['unattributed']} lookups not attributed to a futex: map full "
-                   "(raise --max-futexes)")
+    causes = t.get("unattributed_causes", {"map_full": t["unattributed"]})
+    if causes.get("map_full"):
+        out.append(f"  {causes['map_full']} lookups not attributed to a futex: map full (raise --max-futexes)")
+    if causes.get("user_memory_unreadable"):
+        out.append(f"  {causes['user_memory_unreadable']} lookups not attributed: their key (a futex_waitv "
+                   "entry or a FUTEX2_NUMA node) was on a user page BPF could not read")
+    if t.get("mpol_assumed_no_policy"):
+        out.append(f"  {t['mpol_assumed_no_policy']} FUTEX2_MPOL lookups counted as if their memory had no "
+                   "NUMA policy (the tracepoint cannot see it; with one, the kernel uses that node's table)")
     if t["lost_events"]:
         out.append(f"  {t['lost_events']} events lost: ring buffer full")
     if t.get("missed_runs"):

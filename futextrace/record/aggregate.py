@@ -137,7 +137,8 @@ def _futex_rows(entries: list[dict], cpu_node: dict[int, int]) -> tuple[list[dic
             cpu = next(i for i, v in enumerate(e["per_cpu"]) if v.lookups)
             node = cpu_node.get(cpu, 0)
         futexes.append({"tgid": e["tgid"], "kind": kind, "uaddr": e["uaddr"],
-                        "hash_mask": e["hash_mask"], "lookups": st.lookups, "atomic": st.atomic,
+                        "hash_mask": e["hash_mask"] if kind == "private" else 0,   # global_numa: the node
+                        "lookups": st.lookups, "atomic": st.atomic,
                         "bucket": st.bucket, "node": node, "kernel_bucket": st.kernel_bucket})
         for cpu, v in enumerate(e["per_cpu"]):
             if v.lookups:
@@ -200,12 +201,16 @@ def _per_node_rows(per_cpu_rows: list[dict]) -> list[dict]:
 
 
 def _totals(counters: dict[str, int], raw: dict, duration_s: float) -> dict:
-    total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0)
+    unreadable = counters.get("UNATTR_UNREADABLE", 0)   # lookups of unknown hash: in the total only
+    total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0) + unreadable
     return {
         "lookups": total,
         "lookups_per_s": total / duration_s if duration_s else 0.0,
         "private": counters.get("PRIVATE", 0), "global": counters.get("GLOBAL", 0),
-        "unattributed": counters.get("UNATTRIBUTED", 0),
+        "unattributed": counters.get("UNATTRIBUTED", 0) + unreadable,
+        "unattributed_causes": {"map_full": counters.get("UNATTRIBUTED", 0),
+                                "user_memory_unreadable": unreadable},
+        "mpol_assumed_no_policy": counters.get("MPOL_ASSUMED", 0),
         "lost_events": counters.get("LOST_EVENTS", 0),
         "read_faults": counters.get("READ_FAULTS", 0),
         "kernel_mismatch": counters.get("KERNEL_MISMATCH", 0),
@@ -243,6 +248,7 @@ def _refcount(counters: dict, method: dict, futexes: list[dict]) -> dict:
         return {"source": "inferred: one get and one put per private-hash lookup (tracepoint method)",
                 "get_percpu": private - atomic, "get_atomic": atomic,
                 "put_percpu": private - atomic, "put_atomic": atomic}
-    return {"source": "probed: " + ", ".join(method.get("refcount_probes", [])),
+    return {"source": "probed: " + ", ".join(method.get("refcount_probes", []))
+            + "; per-CPU vs atomic is fph->state read at the probe",
             "get_percpu": counters.get("REF_GET_PERCPU", 0), "get_atomic": counters.get("REF_GET_ATOMIC", 0),
             "put_percpu": counters.get("REF_PUT_PERCPU", 0), "put_atomic": counters.get("REF_PUT_ATOMIC", 0)}

@@ -210,7 +210,7 @@ class Recorder:
                 "probes": probes,
                 "probes_fallback": self.program.fallback_reason,
                 "refcount_probes": [p for p in probes
-                                    if p.startswith("k") and ("private_hash" in p or "hash_put" in p
+                                    if p.startswith("k") and ("private_hash" in p or "hash_put" in p or "hash_get" in p
                                                               or p.endswith(":futex_hash"))]}
 
     def recording(self, duration: float) -> dict:

@@ -112,6 +112,15 @@ static void *workerfn(void *arg)
 	unsigned long ops = 0;   /* local: keep the counter out of shared cache lines */
 	long f, n = opt.futexes;
 
+	/* Pinned here, not through the thread attribute: with an affinity
+	 * attribute glibc starts the thread stopped on a lock of its own that
+	 * the creator releases (futex calls on an address nobody reports). */
+	if (w->cpu >= 0) {
+		cpu_set_t one;
+		CPU_ZERO(&one);
+		CPU_SET(w->cpu, &one);
+		sched_setaffinity(0, sizeof(one), &one);
+	}
 	pthread_barrier_wait(&start_barrier);
 	if (opt.iterations) {
 		for (long it = 0; it < opt.iterations; it++)
@@ -256,6 +265,14 @@ static void print_json(struct worker *w, long prctl_result, long slots_before, l
 		printf("\"prctl_result\": null, ");
 	else
 		printf("\"prctl_result\": %ld, ", prctl_result);
+	if (opt.addrs) {
+		/* The start barrier's words: glibc's own private futex calls (how
+		 * many depends on who waits), the only others this process makes. */
+		printf("\"barrier_words\": [");
+		for (f = 0; f < (long)(sizeof(start_barrier) / sizeof(uint32_t)); f++)
+			printf("%s\"%p\"", f ? ", " : "", (void *)((uint32_t *)&start_barrier + f));
+		printf("], ");
+	}
 	printf("\"slots_before_threads\": %ld, \"slots_after\": %ld, \"runtime\": %.6f, "
 	       "\"total_ops\": %lu, \"avg_ops_per_sec\": %.1f, \"stddev_pct\": %.4f, "
 	       "\"per_thread\": [",
@@ -325,13 +342,8 @@ int main(int argc, char **argv)
 		pthread_attr_init(&attr);
 		w[i].index = i;
 		w[i].cpu = -1;
-		if (ncpus) {
-			cpu_set_t one;
-			CPU_ZERO(&one);
-			CPU_SET(cpus[i % ncpus], &one);
-			w[i].cpu = cpus[i % ncpus];
-			pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
-		}
+		if (ncpus)
+			w[i].cpu = cpus[i % ncpus];   /* the thread pins itself (workerfn) */
 		err = pthread_create(&w[i].thread, &attr, workerfn, &w[i]);
 		pthread_attr_destroy(&attr);
 		if (err)

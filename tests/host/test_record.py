@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.kernel import model as kmodel
-from futextrace.kernel.jhash import private_bucket
+from tests.host.fidelity_ref import private_bucket   # the test's own jhash2, not futextrace's
 from futextrace.kernel.sizing import auto_buckets
 from futextrace.workload.build import workload_path
 from tests.host.conftest import FT, KPROBE_PMU, in_vm_guest, kprobes_missing, limit, new_programs_left, \
@@ -96,14 +96,17 @@ def check_counts(rec: dict, wl: dict, buckets: int, iters: int) -> int:
     for a in addrs:     # one hash per address: pure-Python jhash2 is slow under TCG
         expected[private_bucket(a, buckets - 1)] += iters
     seen = {int(k): v for k, v in private_hash_of(rec, wl["pid"], buckets)["bucket_counts"].items()}
+    # glibc's start barrier is the process's only other private futex: its
+    # calls (a number that depends on scheduling) may share those buckets.
+    barrier = {private_bucket(int(a, 16), buckets - 1) for a in wl["barrier_words"]}
     # A probe run the kernel skipped is reported, not hidden: allow exactly
     # those (each futex(2) call here hashes one key).
     missed = rec["totals"]["missed_runs"]
     for bucket, n in expected.items():
-        assert seen.get(bucket, 0) - n in range(-missed, 8), (bucket, n, seen.get(bucket), missed)
+        extra = seen.get(bucket, 0) - n
+        assert extra >= -missed and (extra <= 0 or bucket in barrier), (bucket, n, seen.get(bucket), missed)
     lost = sum(expected.values()) - sum(min(seen.get(b, 0), n) for b, n in expected.items())
     assert lost <= missed, (lost, missed)
-    assert sum(seen.get(b, 0) for b in expected) - sum(expected.values()) < 8
     return lost
 
 
@@ -194,6 +197,17 @@ def test_global_hash_lookups_are_computed(auto_run):
     glob = [h for h in proc["hashes"] if h["kind"] == "global"]
     assert glob and glob[0]["lookups"] >= 2 * 4 * 100
     assert not [h for h in proc["hashes"] if h["kind"] == "private"]
+    # Every lookup has a bucket of one node's table and a possible node
+    # (the bucket itself needs the mm pointer: test_fidelity's kprobe run
+    # checks it against the kernel's).
+    per_node = kmodel.load().global_hash.buckets_per_node
+    possible = open("/sys/devices/system/node/possible").read().strip() \
+        if os.path.exists("/sys/devices/system/node/possible") else "0"
+    nodes = {n for part in possible.split(",") for n in
+             range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+    keys = [k.split(":") for k in glob[0]["bucket_counts"]]
+    assert keys and all(len(k) == 2 and int(k[0]) in nodes and 0 <= int(k[1]) < per_node for k in keys)
+    assert sum(glob[0]["bucket_counts"].values()) == glob[0]["lookups"]
 
 
 @pytest.mark.parametrize("args, code, words", [

@@ -39,8 +39,20 @@ def run(binary, *args, check=True):
     return res
 
 
-def test_build_is_cached_by_source_hash(futexbench):
-    assert build.workload_path() == build.workload_path()
+def test_build_is_cached_by_source_hash(futexbench, tmp_path, monkeypatch):
+    """A second call reuses the binary without a compiler; a changed source
+    builds a new one beside it."""
+    monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
+    first = build.workload_path()
+    built_at = first.stat().st_mtime_ns
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))   # compiling now would fail
+    assert build.workload_path() == first and first.stat().st_mtime_ns == built_at
+    monkeypatch.delenv("CC")
+    source = build._source("futexbench")
+    monkeypatch.setattr(build, "_source", lambda name: source + b"\n/* changed */\n")
+    second = build.workload_path()
+    assert second != first and second.is_file() and first.is_file()
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == sorted([first.name, second.name])
     assert os.path.basename(futexbench).startswith("futexbench-")
     # Built into the fixture's own cache (FUTEXTRACE_CACHE at build time), under bin/.
     assert os.path.basename(os.path.dirname(futexbench)) == "bin"
