@@ -244,3 +244,78 @@ def test_signal_detaches_everything(tmp_path, sig):
     left = wait_until(lambda: not (e.ours & prog_ids()), timeout=10)
     assert left, f"BPF programs left attached: {sorted(e.ours & prog_ids())}"
     assert http_get(e.url, timeout=2) is None   # and the port is closed
+
+
+# --- the Grafana dashboard against the real /metrics page -----------------------
+DASHBOARD = Path(__file__).parent.parent.parent / "dashboards" / "futextrace.json"
+PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "rate", "irate", "increase", "by", "without",
+                "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                "topk", "bottomk", "label_values", "offset", "delta", "deriv", "clamp_min",
+                "histogram_quantile", "time", "vector", "scalar", "abs", "round"}
+
+
+def dashboard_queries() -> list[str]:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    for var in dash["templating"]["list"]:
+        q = var.get("query")
+        if isinstance(q, dict):
+            exprs.append(q["query"])
+    return exprs
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL (or label_values) expression: identifiers left
+    once strings, label matchers, groupings, ranges and functions are removed."""
+    import re
+    s = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)          # strings
+    s = re.sub(r"\{[^}]*\}", " ", s)                       # label matchers
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    s = re.sub(r"\[[^\]]*\]", " ", s)                      # range selectors
+    s = re.sub(r"label_values\(\s*([a-zA-Z_:][\w:]*)\s*,\s*\w+\s*\)", r" \1 ", s)
+    names = set(re.findall(r"(?<![\w$])[a-zA-Z_:][\w:]*", s))
+    return names - PROMQL_WORDS
+
+
+def test_promql_metric_names_finds_names_and_only_names():
+    assert promql_metric_names('sum by (pid, comm) (rate(futextrace_lookups_total{comm!="x"}[$__rate_interval]))') \
+        == {"futextrace_lookups_total"}
+    assert promql_metric_names("a_total / on(instance) b{c=\"d\"} offset 5m") == {"a_total", "b"}
+    assert promql_metric_names("label_values(futextrace_info, instance)") == {"futextrace_info"}
+
+
+def served_names(text: str) -> set[str]:
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            names.add(line.split()[2])
+        elif line and not line.startswith("#"):
+            names.add(line.split("{")[0].split()[0])
+    return names
+
+
+def test_every_dashboard_query_names_a_served_metric(exporter):
+    served = served_names(http_get(exporter.url))
+    assert "futextrace_lookups_total" in served
+    queries = dashboard_queries()
+    assert len(queries) >= 10
+    for q in queries:
+        names = promql_metric_names(q)
+        assert names, f"no metric in {q!r}"
+        assert names <= served, f"{q!r} names {sorted(names - served)}, not served by the exporter"
+
+
+def test_dashboard_queries_parse_and_answer_in_prometheus(prometheus):
+    """Prometheus itself parses each panel query (Grafana's variables filled in)
+    and, once it has scraped the exporter for a while, returns data for it."""
+    assert wait_until(lambda: prometheus.value('up{job="futextrace"}') == 1, timeout=30)
+    time.sleep(3)   # a few scrapes, so rate() has two points
+    empty = []
+    for q in dashboard_queries():
+        if q.startswith("label_values("):
+            continue
+        promql = q.replace("$instance", ".*").replace("$__rate_interval", "10s")
+        if not prometheus.query(promql):   # asserts the query parsed
+            empty.append(q)
+    # A query can be empty only where nothing happened (no resize pending in the window).
+    assert all("resizes" in q for q in empty), empty

@@ -88,8 +88,8 @@ def test_maps_are_read_at_most_once_per_min_interval():
 
 
 def churned(base: dict, step: int) -> dict:
-    """The recorded process as many processes whose activity moves around:
-    at step k, process i has made i * k * (k % 3 + 1) lookups... cumulatively."""
+    """The recorded process as 8 processes whose activity moves around: at
+    step s process i makes ((i + s) % 8) * 100 lookups, so the busiest rotates."""
     rec = copy.deepcopy(base)
     proto = base["processes"][0]
     procs, total = [], 0
