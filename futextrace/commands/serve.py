@@ -33,8 +33,8 @@ SIGINT/SIGTERM/SIGHUP detach everything and exit 0.
 @click.option("--grace", "grace_s", type=click.FloatRange(0), default=120.0, show_default=True,
               help="seconds an exited process's series is still served")
 @click.option("--min-interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
-              help="read the kernel maps at most once per this many seconds (scrapes in between "
-                   "get the last read)")
+              help="read the kernel maps at most once per this many seconds, and never more "
+                   "often than 10 times the last read took (scrapes in between get the last read)")
 @click.option("--method", type=click.Choice(["auto", "fentry", "kprobe", "tracepoint"]), default="auto",
               show_default=True)
 @click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=None,
@@ -50,7 +50,8 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     from futextrace.export import server as http
     from futextrace.export.collector import FutexCollector
     from futextrace.record import targets
-    from futextrace.record.recorder import Recorder, RecordOptions
+    from futextrace.export.mapread import BatchRecorder
+    from futextrace.record.recorder import RecordOptions
 
     addr, port = http.parse_listen(listen)
     for pid in pids:
@@ -60,7 +61,7 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     httpd = http.bind(addr, port, registry)   # before attaching: a busy port leaves nothing behind
     serving = None
     try:
-        rec = Recorder(RecordOptions(pids=list(pids), comms=list(comms), cgroups=list(cgroups),
+        rec = BatchRecorder(RecordOptions(pids=list(pids), comms=list(comms), cgroups=list(cgroups),
                                      method=method, max_futexes=max_futexes))
         rec.start()
         collector = FutexCollector(rec, max_processes, grace_s, min_interval)

@@ -109,4 +109,8 @@ def families(reading: Reading, book: SeriesBook, hw: HighWater, stats: dict) -> 
                                    value=stats["reads"]))
     out.append(GaugeMetricFamily("futextrace_exporter_map_read_seconds", "Time the last read "
                                  "of the kernel maps took", unit="seconds", value=stats["read_s"]))
+    out.append(GaugeMetricFamily("futextrace_exporter_read_floor_seconds", "Scrapes closer than "
+                                 "this to the last read get that read again: --min-interval, or 10 "
+                                 "times the last read's time if longer", unit="seconds",
+                                 value=stats["floor_s"]))
     return out

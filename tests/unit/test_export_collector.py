@@ -46,7 +46,8 @@ def collector_for(recordings, **kw):
     clock = Clock()
     rec = RecordedRecorder(recordings)
     c = FutexCollector(rec, kw.get("max_processes", 10), kw.get("grace_s", 60), kw.get("min_interval", 1.0),
-                       clock=clock, alive=kw.get("alive", lambda pid: True))
+                       clock=clock, alive=kw.get("alive", lambda pid: True),
+                       background=kw.get("background", False))
     registry = CollectorRegistry()
     registry.register(c)
     return c, rec, clock, registry
@@ -125,3 +126,48 @@ def test_other_never_goes_backwards_over_scrapes():
         assert sum(lookups.values()) <= steps[k]["totals"]["private"]
     other = frozenset({"pid": "", "comm": "other", "hash": "private"}.items())
     assert last[other] > 0
+
+
+def test_a_slow_read_raises_the_floor():
+    """A read that takes 0.2 s of CPU: the next one waits 10 times that, not --min-interval."""
+    import time as _time
+    recording = json.loads((DATA / "recording-tp-64.json").read_text())
+    c, rec, clock, registry = collector_for([recording], min_interval=1.0)
+    slow = rec.recording
+
+    def busy(d):
+        end = _time.thread_time() + 0.2
+        while _time.thread_time() < end:
+            pass
+        return slow(d)
+    rec.recording = busy
+    scrape(registry)
+    clock.t = 1.5
+    scrape(registry)
+    assert rec.reads == 1 and c.stats["floor_s"] >= 2.0
+    clock.t = 2.5
+    scrape(registry)
+    assert rec.reads == 2
+
+
+def test_a_scrape_does_not_wait_for_a_read_in_the_background():
+    import threading
+    import time as _time
+    first = json.loads((DATA / "recording-tp-64.json").read_text())
+    second = copy.deepcopy(first)
+    second["processes"][0]["hashes"][0]["lookups"] += 1000
+    c, rec, clock, registry = collector_for([first, second], background=True)
+    gate = threading.Event()
+    plain = rec.recording
+    rec.recording = lambda d: (rec.reads and gate.wait(10), plain(d))[1]   # the second read blocks
+    key = ("futextrace_lookups_total", frozenset({"pid": str(first["processes"][0]["pid"]),
+                                                  "comm": first["processes"][0]["comm"], "hash": "private"}.items()))
+    assert scrape(registry)[key] == 16009       # the first scrape waits for the first read
+    clock.t = 5.0
+    t0 = _time.monotonic()
+    assert scrape(registry)[key] == 16009       # stale: starts a read, answers at once
+    assert _time.monotonic() - t0 < 1 and c.reader.is_alive()
+    gate.set()
+    c.reader.join(5)
+    assert scrape(registry)[key] == 16009 + 1000
+    assert rec.reads == 2
