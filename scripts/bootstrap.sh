@@ -35,8 +35,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ -e "$rc_policy" ] || { printf '#!/bin/sh\nexit 101\n' > "$rc_policy"; chmod +x "$rc_policy"; trap 'rm -f "$rc_policy"' EXIT; }
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# A prometheus installed earlier (or by hand) must not stay enabled and listening.
-if [ $want_vm = 1 ] && command -v systemctl >/dev/null && systemctl is-enabled -q prometheus 2>/dev/null; then
+# The postinst may still have enabled it for the next boot: undo that, only when this run
+# installed it (a Prometheus someone runs on purpose is left alone).
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null \
+        && systemctl is-enabled -q prometheus 2>/dev/null; then
     systemctl disable --now -q prometheus 2>/dev/null || true
 fi
 
