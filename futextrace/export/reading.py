@@ -49,8 +49,8 @@ def result_name(result) -> str:
 
 
 def _current_hash(proc: dict, states: dict[int, dict]) -> tuple[int | None, str | None]:
-    """(buckets, kind) of the hash the process uses now: its last hash state,
-    else the busiest hash its lookups went to."""
+    """(buckets, kind) of the hash the process uses now: its last hash state
+    or successful resize, else the busiest hash its lookups went to."""
     st = states.get(proc["pid"])
     if st is not None:
         if not st["private"]:
@@ -82,7 +82,12 @@ def _process(proc: dict, states: dict[int, dict]) -> ProcessReading:
 
 
 def from_recording(rec: dict) -> Reading:
-    states = {s["pid"]: s for s in rec.get("hash_states", [])}   # later entries win: the last state
+    # Later entries win: the last state. A successful resize is a state too
+    # (recordings without hash_states); a hash_states entry is newer information.
+    states = {z["pid"]: {"private": z["new_buckets"] > 0, "buckets": z["new_buckets"],
+                         "custom": bool(z["custom"])}
+              for z in sorted(rec.get("resizes", []), key=lambda z: z["t"]) if z.get("result") == 0}
+    states.update({s["pid"]: s for s in sorted(rec.get("hash_states", []), key=lambda s: s["t"])})
     r = Reading()
     r.processes = {p["pid"]: _process(p, states) for p in rec["processes"]}
     t = rec["totals"]

@@ -65,8 +65,9 @@ def test_recorded_values_are_served():
     rz = recording["resizes"][0]
     assert (rz["trigger"], rz["result"], rz["new_buckets"]) == ("prctl", 0, 64)
     assert m[("futextrace_resizes_total", frozenset({"trigger": "prctl", "result": "ok"}.items()))] == 1
-    buckets = [v for (n, l), v in m.items() if n == "futextrace_hash_buckets" and ("pid", labels["pid"]) in l]
-    assert buckets == [64]
+    buckets = [(dict(l)["kind"], v) for (n, l), v in m.items()
+               if n == "futextrace_hash_buckets" and ("pid", labels["pid"]) in l]
+    assert buckets == [("custom", 64)]
     rc = recording["refcount"]
     assert m[("futextrace_refcount_ops_total", frozenset(
         {"op": "get", "path": "percpu", "source": "inferred"}.items()))] == rc["get_percpu"]
