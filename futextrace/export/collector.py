@@ -11,10 +11,11 @@ done per event.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
-from futextrace.export.families import families
+from futextrace.export.families import exporter_families, families
 from futextrace.export.reading import from_recording
 from futextrace.export.series import HighWater, SeriesBook
 from futextrace.record import targets
@@ -32,7 +33,7 @@ class FutexCollector:
         self.background = background
         self.book = SeriesBook(max_processes, grace_s)
         self.highwater = HighWater()
-        self.stats = {"reads": 0, "read_s": 0.0, "floor_s": min_interval}
+        self.stats = {"reads": 0, "errors": 0, "read_s": 0.0, "floor_s": min_interval}
         self.lock = threading.Lock()       # guards the cached answer and the read in flight
         self.read_lock = threading.Lock()  # one read at a time
         self.started = clock()
@@ -57,14 +58,27 @@ class FutexCollector:
                     self.reader = threading.Thread(target=self._read, args=(now,), daemon=True,
                                                    name="futextrace-read")
                     self.reader.start()
-                    return iter(self.cached)
+                    return self._answer()
             else:
-                return iter(self.cached)
+                return self._answer()
         self._read(now)
         with self.lock:
-            return iter(self.cached)
+            return self._answer()
+
+    def _answer(self):
+        return iter(self.cached + exporter_families(self.book, self.stats))
 
     def _read(self, now: float) -> None:
+        """Read, or keep serving the last read if this one fails (counted and
+        said in one line on stderr: a scrape thread has no one to raise to)."""
+        try:
+            self._read_maps(now)
+        except Exception as e:   # noqa: BLE001  (the exporter must outlive one bad read)
+            self.stats["errors"] += 1
+            print(f"futextrace: warning: reading the maps failed ({type(e).__name__}: {e}); "
+                  "serving the last read", file=sys.stderr, flush=True)
+
+    def _read_maps(self, now: float) -> None:
         with self.read_lock:
             if self.closed:
                 return
@@ -77,7 +91,7 @@ class FutexCollector:
             # The floor follows the CPU the read took, not its wall time: on a busy
             # host the read waits for a CPU, and that costs nothing.
             self.stats["floor_s"] = max(self.min_interval, COST_FACTOR * (time.thread_time() - cpu0))
-            fams = families(reading, self.book, self.highwater, self.stats)
+            fams = families(reading, self.book, self.highwater)
         with self.lock:
             self.cached = fams
 

@@ -86,7 +86,8 @@ def _kernel_counters(reading: Reading, hw: HighWater):
     return out
 
 
-def families(reading: Reading, book: SeriesBook, hw: HighWater, stats: dict) -> list:
+def families(reading: Reading, book: SeriesBook, hw: HighWater) -> list:
+    """What one read of the kernel maps says (served again until the next read)."""
     out = [_lookups(book), _system(reading, hw), *_process_gauges(reading, book),
            *_kernel_counters(reading, hw)]
     out.append(GaugeMetricFamily("futextrace_resizes_pending", "Resizes requested whose result "
@@ -97,6 +98,12 @@ def families(reading: Reading, book: SeriesBook, hw: HighWater, stats: dict) -> 
                             "kernel release, the clone rule that sizes private hashes")
     info.add_metric([], reading.info)
     out.append(info)
+    return out
+
+
+def exporter_families(book: SeriesBook, stats: dict) -> list:
+    """The exporter's own state, fresh at every scrape (a failed read shows here)."""
+    out = []
     exp = GaugeMetricFamily("futextrace_exporter_processes", "Processes the exporter tracks: "
                             "labelled (own series), exited (kept for the grace period), tracked "
                             "(in the maps)", labels=["state"])
@@ -105,12 +112,15 @@ def families(reading: Reading, book: SeriesBook, hw: HighWater, stats: dict) -> 
     exp.add_metric(["tracked"], len(book.procs))
     out.append(exp)
     out.append(CounterMetricFamily("futextrace_exporter_map_reads", "Reads of the kernel maps "
-                                   "(at most one per --min-interval, only when scraped)",
+                                   "(only when scraped, at most one per read floor)",
                                    value=stats["reads"]))
+    out.append(CounterMetricFamily("futextrace_exporter_map_read_errors", "Reads of the kernel "
+                                   "maps that failed (the last good read was served instead)",
+                                   value=stats.get("errors", 0)))
     out.append(GaugeMetricFamily("futextrace_exporter_map_read_seconds", "Time the last read "
                                  "of the kernel maps took", unit="seconds", value=stats["read_s"]))
     out.append(GaugeMetricFamily("futextrace_exporter_read_floor_seconds", "Scrapes closer than "
                                  "this to the last read get that read again: --min-interval, or 10 "
-                                 "times the last read's time if longer", unit="seconds",
+                                 "times the CPU time the last read took if longer", unit="seconds",
                                  value=stats["floor_s"]))
     return out

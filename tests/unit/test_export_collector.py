@@ -172,3 +172,18 @@ def test_a_scrape_does_not_wait_for_a_read_in_the_background():
     c.reader.join(5)
     assert scrape(registry)[key] == 16009 + 1000
     assert rec.reads == 2
+
+
+def test_a_failed_read_keeps_the_last_one_and_is_counted(capsys):
+    recording = json.loads((DATA / "recording-tp-64.json").read_text())
+    c, rec, clock, registry = collector_for([recording])
+    before = scrape(registry)
+    rec.recording = lambda d: (_ for _ in ()).throw(OSError(9, "Bad file descriptor"))
+    clock.t = 5.0
+    after = scrape(registry)
+    errors = ("futextrace_exporter_map_read_errors_total", frozenset())
+    assert after[errors] == 1
+    lookups = {k: v for k, v in after.items() if k[0] == "futextrace_lookups_total"}
+    assert lookups == {k: v for k, v in before.items() if k[0] == "futextrace_lookups_total"}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("futextrace: warning: reading the maps failed")
