@@ -26,10 +26,13 @@ from futextrace.errors import EXIT_ENV, EXIT_USAGE
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
               pytest.mark.skipif(not shutil.which("bpftool"), reason="needs bpftool"),
-              pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF")]
+              pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF"),
+              pytest.mark.timeout(1200)]   # the first test also starts the exporter (minutes under TCG)
 
 CLI = [sys.executable, "-m", "futextrace.cli"]
 PROMETHEUS = shutil.which("prometheus")
+STARTUP_S = 480 if os.environ.get("FUTEXTRACE_IN_VM") else 120
+SLOW = 4 if os.environ.get("FUTEXTRACE_IN_VM") else 1   # QEMU/TCG guests: everything waits longer
 
 
 def prog_ids() -> set[int]:
@@ -85,8 +88,9 @@ class Exporter:
         self.err = tmp / f"serve-{self.port}.err"
         self.proc = subprocess.Popen([*CLI, "serve", "--listen", f"127.0.0.1:{self.port}", *args],
                                      stdout=subprocess.DEVNULL, stderr=self.err.open("w"))
+        # Compiling with BCC takes minutes in a TCG guest on a loaded host.
         ready = wait_until(lambda: self.proc.poll() is not None or "futextrace_info" in (http_get(self.url) or ""),
-                           timeout=120)
+                           timeout=STARTUP_S)
         assert ready and self.proc.poll() is None, self.err.read_text()
         self.ours = progs_held_by(self.proc.pid)
 
@@ -122,7 +126,7 @@ class Prometheus:
              f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=subprocess.DEVNULL, stderr=self.log.open("w"))
         ready = wait_until(lambda: self.proc.poll() is not None or
-                           http_get(f"http://127.0.0.1:{self.port}/-/ready") is not None, timeout=60)
+                           http_get(f"http://127.0.0.1:{self.port}/-/ready") is not None, timeout=60 * SLOW)
         assert ready and self.proc.poll() is None, self.log.read_text()[-2000:]
 
     def query(self, promql: str) -> list[dict]:
@@ -151,9 +155,9 @@ def prometheus(tmp_path_factory, exporter):
 
 
 def test_prometheus_stores_the_workloads_count(exporter, prometheus, workload):
-    assert wait_until(lambda: prometheus.value('up{job="futextrace"}') == 1, timeout=30)
+    assert wait_until(lambda: prometheus.value('up{job="futextrace"}') == 1, timeout=30 * SLOW)
     run = subprocess.run([workload, "-t", "2", "-f", "8", "-n", "5000", "-b", "64"],
-                         capture_output=True, text=True, timeout=120, check=True)
+                         capture_output=True, text=True, timeout=120 * SLOW, check=True)
     wl = json.loads(run.stdout.strip().splitlines()[-1])
     ops, pid = wl["total_ops"], wl["pid"]
     assert ops == 2 * 8 * 5000
@@ -166,7 +170,7 @@ def test_prometheus_stores_the_workloads_count(exporter, prometheus, workload):
         v = prometheus.value(series)
         stable.append(v)
         return v is not None and v >= ops and len(stable) >= 2 and stable[-2] == v
-    assert wait_until(settled, timeout=40, step=1.5), stable
+    assert wait_until(settled, timeout=40 * SLOW, step=1.5), stable
     stored = stable[-1]
     missed = prometheus.value('futextrace_missed_runs_total{job="futextrace"}') or 0
     # libc adds a few lookups of its own (thread join); skipped probe runs are reported.
@@ -201,9 +205,9 @@ def test_slow_and_aborted_scrapes_do_not_hurt(exporter):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         s.close()
     t0 = time.monotonic()
-    text = http_get(exporter.url, timeout=10)
+    text = http_get(exporter.url, timeout=10 * SLOW)
     assert text and "futextrace_lookups_total" in text
-    assert time.monotonic() - t0 < 5, "a stuck scraper delayed another scrape"
+    assert time.monotonic() - t0 < 5 * SLOW, "a stuck scraper delayed another scrape"
     for s in (stuck, half, slow):
         s.close()
     assert exporter.proc.poll() is None
@@ -308,7 +312,7 @@ def test_every_dashboard_query_names_a_served_metric(exporter):
 def test_dashboard_queries_parse_and_answer_in_prometheus(prometheus):
     """Prometheus itself parses each panel query (Grafana's variables filled in)
     and, once it has scraped the exporter for a while, returns data for it."""
-    assert wait_until(lambda: prometheus.value('up{job="futextrace"}') == 1, timeout=30)
+    assert wait_until(lambda: prometheus.value('up{job="futextrace"}') == 1, timeout=30 * SLOW)
     time.sleep(3)   # a few scrapes, so rate() has two points
     empty = []
     for q in dashboard_queries():
