@@ -20,6 +20,8 @@ pkgs=(python3-bpfcc python3-venv bpftool linux-headers-amd64 gcc libc6-dev linux
 # VM tests: virtme-ng boots Debian kernels whose 9p modules load from an initramfs it
 # builds with busybox; depmod (kmod) indexes their modules; `file` reads the image's version.
 [ $want_vm = 1 ] && pkgs+=(qemu-system-x86 kmod busybox-static file)
+# The exporter's tests scrape it with a real Prometheus server they start themselves.
+[ $want_vm = 1 ] && pkgs+=(prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -27,7 +29,17 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing Debian packages: ${missing[*]}"
     apt-get update -q >/dev/null
+    # policy-rc.d exit 101: no package's postinst starts its service (prometheus would
+    # otherwise run on :9090 for good); the tests start their own server.
+    rc_policy=/usr/sbin/policy-rc.d
+    [ -e "$rc_policy" ] || { printf '#!/bin/sh\nexit 101\n' > "$rc_policy"; chmod +x "$rc_policy"; trap 'rm -f "$rc_policy"' EXIT; }
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The postinst may still have enabled it for the next boot: undo that, only when this run
+# installed it (a Prometheus someone runs on purpose is left alone).
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null \
+        && systemctl is-enabled -q prometheus 2>/dev/null; then
+    systemctl disable --now -q prometheus 2>/dev/null || true
 fi
 
 # --- kernel headers for BCC --------------------------------------------------

@@ -1,0 +1,104 @@
+"""The prometheus_client Collector: reads the recorder's maps when scraped.
+
+A scrape reads the kernel maps through the Recorder (map dump, then
+build_recording, the same numbers `record` shows) unless the last read is
+younger than the floor, in which case it serves that read again: many
+scrapers, or a scraper gone wild, cannot make the exporter read the maps more
+often. The floor is `min_interval`, or COST_FACTOR times what the last read
+took if that is longer (a full 65536-futex map takes seconds to summarise on a
+small machine), so reading costs at most 1/COST_FACTOR of a CPU. Nothing is
+done per event.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from futextrace.export.families import exporter_families, families
+from futextrace.export.reading import from_recording
+from futextrace.export.series import HighWater, SeriesBook
+from futextrace.record import targets
+
+COST_FACTOR = 10
+
+
+class FutexCollector:
+    def __init__(self, recorder, max_processes: int, grace_s: float, min_interval: float,
+                 clock=time.monotonic, alive=targets.alive, background: bool = True):
+        self.recorder = recorder
+        self.min_interval = min_interval
+        self.clock = clock
+        self.alive = alive
+        self.background = background
+        self.book = SeriesBook(max_processes, grace_s)
+        self.highwater = HighWater()
+        self.stats = {"reads": 0, "errors": 0, "read_s": 0.0, "floor_s": min_interval}
+        self.lock = threading.Lock()       # guards the cached answer and the read in flight
+        self.read_lock = threading.Lock()  # one read at a time
+        self.started = clock()
+        self.read_at: float | None = None
+        self.reader: threading.Thread | None = None
+        self.cached: list = []
+        self.closed = False
+
+    def collect(self):
+        """The last read's metrics. A scrape that finds them older than the
+        floor starts a new read in the background and does not wait for it
+        (only the very first scrape waits): a slow read, on a full map or a
+        starved CPU, delays the data, never the scrape."""
+        with self.lock:
+            if self.closed:
+                return iter(())
+            now = self.clock()
+            stale = self.read_at is None or now - self.read_at >= self.stats["floor_s"]
+            if stale and not (self.reader and self.reader.is_alive()):
+                self.read_at = now   # claimed: later scrapes do not start another read
+                if self.cached and self.background:
+                    self.reader = threading.Thread(target=self._read, args=(now,), daemon=True,
+                                                   name="futextrace-read")
+                    self.reader.start()
+                    return self._answer()
+            else:
+                return self._answer()
+        self._read(now)
+        with self.lock:
+            return self._answer()
+
+    def _answer(self):
+        return iter(self.cached + exporter_families(self.book, self.stats))
+
+    def _read(self, now: float) -> None:
+        """Read, or keep serving the last read if this one fails (counted and
+        said in one line on stderr: a scrape thread has no one to raise to)."""
+        try:
+            self._read_maps(now)
+        except Exception as e:   # noqa: BLE001  (the exporter must outlive one bad read)
+            self.stats["errors"] += 1
+            print(f"futextrace: warning: reading the maps failed ({type(e).__name__}: {e}); "
+                  "serving the last read", file=sys.stderr, flush=True)
+
+    def _read_maps(self, now: float) -> None:
+        with self.read_lock:
+            if self.closed:
+                return
+            t0, cpu0 = time.perf_counter(), time.thread_time()
+            reading = from_recording(self.recorder.recording(now - self.started))
+            self.book.update({pid: (p.comm, p.lookups) for pid, p in reading.processes.items()},
+                             now, self.alive)
+            self.stats["reads"] += 1
+            self.stats["read_s"] = time.perf_counter() - t0
+            # The floor follows the CPU the read took, not its wall time: on a busy
+            # host the read waits for a CPU, and that costs nothing.
+            self.stats["floor_s"] = max(self.min_interval, COST_FACTOR * (time.thread_time() - cpu0))
+            fams = families(reading, self.book, self.highwater)
+        with self.lock:
+            self.cached = fams
+
+    def close(self):
+        """After this, scrapes get no futextrace metrics and no read is running
+        (the maps are going away)."""
+        with self.lock:
+            self.closed = True
+        with self.read_lock:
+            pass

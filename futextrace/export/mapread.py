@@ -1,0 +1,101 @@
+"""Reading the futexes map fast enough to serve it every second.
+
+`Recorder.dump_futexes()` walks the per-CPU hash one key at a time through
+BCC (a get-next-key and a lookup syscall per futex, and ctypes objects for
+every CPU's value): ~7 s for a full 65536-entry map on the 2-CPU build
+machine. Here the map comes out in a few BPF_MAP_LOOKUP_BATCH calls into one
+buffer, and keys and per-CPU values are unpacked with struct formats derived
+from BCC's ctypes view of bpf/futextrace.h (no second layout definition).
+Kernels that refuse batch lookups get the recorder's own walk.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import errno
+import struct
+
+from futextrace.record.recorder import Recorder
+
+_CODES = {ct.c_uint8: "B", ct.c_int8: "b", ct.c_uint16: "H", ct.c_int16: "h", ct.c_uint32: "I",
+          ct.c_int32: "i", ct.c_uint64: "Q", ct.c_int64: "q"}
+BATCH = 4096   # entries per syscall
+
+
+def struct_format(ctype) -> tuple[str, list[str]]:
+    """A struct module format for a flat ctypes Structure of integers, with
+    explicit padding from the field offsets; and the field names in order."""
+    fmt, names, at = "<", [], 0
+    for name, ftype in ctype._fields_:
+        field_ = getattr(ctype, name)
+        code = next((c for t, c in _CODES.items() if ct.sizeof(t) == ct.sizeof(ftype)
+                     and t._type_ == ftype._type_), None)
+        if code is None:
+            raise TypeError(f"{ctype.__name__}.{name}: not a plain integer")
+        fmt += "x" * (field_.offset - at) + code
+        names.append(name)
+        at = field_.offset + field_.size
+    fmt += "x" * (ct.sizeof(ctype) - at)
+    assert struct.calcsize(fmt) == ct.sizeof(ctype)
+    return fmt, names
+
+
+def lookup_batch(table) -> tuple[bytes, bytes, int] | None:
+    """(keys buffer, values buffer, count) of the whole map, or None where
+    the kernel has no batch lookup for it."""
+    from bcc import lib
+    n = table.max_entries
+    keys = (table.Key * n)()
+    values = (table.Leaf * n)()     # BCC's PerCpuHash leaf: one value per possible CPU
+    token_in, token_out, count = ct.c_uint32(0), ct.c_uint32(0), ct.c_uint32(0)
+    total, first = 0, True
+    while total < n:
+        count.value = min(BATCH, n - total)
+        res = lib.bpf_lookup_batch(table.map_fd, None if first else ct.byref(token_in),
+                                   ct.byref(token_out),
+                                   ct.byref(keys, ct.sizeof(table.Key) * total),
+                                   ct.byref(values, ct.sizeof(table.Leaf) * total), ct.byref(count))
+        err = ct.get_errno()
+        total += count.value
+        if res != 0:
+            if err == errno.ENOENT:
+                break   # the whole map was read
+            if first and err in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, 524):
+                return None
+            raise OSError(err, f"BPF_MAP_LOOKUP_BATCH failed on {table.name if hasattr(table, 'name') else 'map'}")
+        token_in.value, first = token_out.value, False
+    return bytes(keys)[:ct.sizeof(table.Key) * total], bytes(values)[:ct.sizeof(table.Leaf) * total], total
+
+
+class BatchRecorder(Recorder):
+    """The recorder, with the futexes map read in batches (see the module doc)."""
+
+    def dump_futexes(self) -> list[dict]:
+        table = self.program.bpf["futexes"]
+        batch = lookup_batch(table)
+        if batch is None:
+            return super().dump_futexes()
+        keys, values, n = batch
+        kfmt, knames = struct_format(table.Key)
+        sfmt, snames = struct_format(table.sLeaf)
+        ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
+        stat_fields = [snames.index(f) for f in ("lookups", "atomic_lookups", "bucket", "node", "kernel_bucket")]
+        key_fields = [knames.index(f) for f in ("tgid", "kind", "uaddr", "hash_mask")]
+        stats = [[v[i] for i in stat_fields] for v in struct.iter_unpack(sfmt, values)]
+        futexes = []
+        for i, k in enumerate(struct.iter_unpack(kfmt, keys)):
+            tgid, kind, uaddr, mask = (k[j] for j in key_fields)
+            futexes.append({"tgid": tgid, "kind": kind, "uaddr": uaddr, "hash_mask": mask,
+                            "per_cpu": stats[i * ncpu:(i + 1) * ncpu]})
+        return futexes + self._cache_futexes()
+
+    def _cache_futexes(self) -> list[dict]:
+        """The per-CPU cache in front of the map, as Recorder.dump_futexes reads it."""
+        out = []
+        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
+        for idx, s in self._cache_items():
+            per_cpu = [[0, 0, 0, 0, 0] for _ in range(ncpus)]
+            st = s.st
+            per_cpu[idx // nslots] = [st.lookups, st.atomic_lookups, st.bucket, st.node, st.kernel_bucket]
+            out.append({"tgid": s.key.tgid, "kind": s.key.kind, "uaddr": s.key.uaddr,
+                        "hash_mask": s.key.hash_mask, "per_cpu": per_cpu})
+        return out
