@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from futextrace.kernel import model as kmodel
-from futextrace.record import targets
+from futextrace.record import procevents, targets
 from futextrace.record.aggregate import build_recording
 from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
 from futextrace.loading.layout import COUNTER, EVENT, KIND
@@ -338,15 +338,19 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
         targets.check_tid(tid)
     rec = Recorder(opts, model)
     rec.start()
+    exits = procevents.exit_watch(opts.pids)   # exit events pushed by the kernel; None: poll /proc
     try:
         alive = lambda: all(targets.alive(p) for p in opts.pids)
-        duration = rec.run(until=(lambda: not alive()) if opts.pids else None)
+        until = exits.any_exited if exits else (lambda: not alive())
+        duration = rec.run(until=until if opts.pids else None)
         result = rec.recording(duration)
         gone = [p for p in opts.pids if not targets.alive(p)]
     finally:
         rec.close()
+        if exits:
+            exits.close()
     if gone:
-        result["error"] = f"PID {gone[0]} exited during tracing"
+        result["error"] = f"PID {gone[0]} exited during tracing" + (exits.describe(gone[0]) if exits else "")
     return result
 
 
