@@ -10,12 +10,16 @@ when it cannot be used, and the callers fall back to polling, labelled.
 from __future__ import annotations
 
 import errno
+import os
 import select
+import socket
 
 PROC_EVENT_FORK = 0x1
 PROC_EVENT_EXEC = 0x2
 PROC_EVENT_EXIT = 0x80000000
 DRAIN_MAX = 4096          # events taken per poll() at most
+RCVBUF = 4 << 20          # socket buffer: room for a fork storm between two polls
+SO_RCVBUFFORCE = 33       # root may exceed net.core.rmem_max
 _NAMES = {PROC_EVENT_FORK: "fork", PROC_EVENT_EXEC: "exec", PROC_EVENT_EXIT: "exit"}
 
 
@@ -37,6 +41,7 @@ class ProcEvents:
     def __init__(self):
         try:
             from pyroute2 import ProcEventSocket
+            from pyroute2.netlink.connector.cn_proc import ProcEventMarshal
             from pyroute2.netlink.exceptions import NetlinkError
         except ImportError as e:
             raise Unavailable(f"pyroute2 is not installed ({e})") from None
@@ -48,6 +53,11 @@ class ProcEvents:
         try:
             self._sock.bind()
             self._sock.control(listen=True)
+            # Datagrams are read from the fd and parsed with pyroute2's marshal:
+            # its get() buffers messages where select() cannot see them (measured:
+            # 52 of 100 exits seen with get(), 100 of 100 with reads of the fd).
+            self._fd, self._marshal = self._sock.fileno(), ProcEventMarshal()
+            self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
         except (OSError, NetlinkError) as e:
             self._sock.close()
             why = getattr(e, "strerror", None) or str(e)
@@ -55,17 +65,17 @@ class ProcEvents:
                               "CAP_NET_ADMIN in the initial network namespace") from None
 
     def fileno(self) -> int:
-        return self._sock.fileno()
+        return self._fd
 
     def poll(self, timeout: float) -> list[dict]:
         """Events that arrived within `timeout` seconds (0: only those already queued)."""
         msgs: list = []
         wait = max(0.0, timeout)
         # Drain what is queued (bounded: a fork storm must not starve the caller).
-        while len(msgs) < DRAIN_MAX and select.select([self._sock], [], [], wait)[0]:
+        while len(msgs) < DRAIN_MAX and select.select([self._fd], [], [], wait)[0]:
             wait = 0.0
             try:
-                msgs += self._sock.get()
+                msgs += self._marshal.parse(os.read(self._fd, 1 << 16))
             except OSError as e:
                 if e.errno != errno.ENOBUFS:
                     raise

@@ -182,6 +182,7 @@ def render(snap: dict) -> str:
 COMPARED = ("threads", "buckets", "kind", "mode", "refcount", "pending")
 MIN_GAP_S = 0.2          # re-reads triggered by process events are at most this frequent
 EXIT_WAIT_S = 3.0        # how long a vanished process's exit event (its status) is awaited
+STOP_CHECK_S = 0.5       # longest single wait, so stop() and vanished processes are seen
 
 
 def changes(before: dict[int, dict], after: dict[int, dict]) -> list[tuple[str, dict]]:
@@ -260,13 +261,17 @@ class Watcher:
         rows, due = self.read() if rows is None else rows, None
         while not self.stopped and (end is None or time.monotonic() < end):
             now = time.monotonic()
-            wake = min(x for x in (last + self.interval, due, end, now + 0.5 if self.vanished else None) if x)
+            # Wake at least every STOP_CHECK_S: a signal's stop() is seen after the wait.
+            wake = min(x for x in (last + self.interval, due, end, now + STOP_CHECK_S) if x)
             if self._wait(wake - now) and due is None:
                 due = max(time.monotonic(), last + MIN_GAP_S)
             now = time.monotonic()
             if now >= last + self.interval or (due is not None and now >= due):
                 rows, last, due = self._reread(emit, rows, now, start), now, None
             self._settle(emit, now, start)
+        for pid, (row, _since) in self.vanished.items():   # the watch ends: no more waiting
+            emit(time.monotonic() - start, "gone", row, self.statuses.get(pid))
+        self.vanished.clear()
         return rows
 
     def stop(self, *_):

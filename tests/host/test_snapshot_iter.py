@@ -8,7 +8,6 @@ set itself up. Nothing expected here comes from futextrace's formulas.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
