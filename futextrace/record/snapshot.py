@@ -42,6 +42,8 @@ def row_from_record(r: dict) -> dict:
     state = {"buckets": r["hash_mask"] + 1 if r["has_hash"] and r["hash_mask"] else 0,
              "custom": bool(r["custom"])} if r["has_hash"] else {"buckets": 0, "custom": False}
     row = {"pid": r["tgid"], "comm": r["comm"], "threads": r["nr_threads"], **describe(state)}
+    if not r["has_hash"] and r["nr_threads"] > 1:   # describe() assumes a single thread
+        row["text"] = "global hash (no private hash allocated)"
     row["refcount"] = ("atomic" if r["state"] else "per-cpu") if r["has_hash"] else None
     row["pending"] = None
     if r["has_new"]:
