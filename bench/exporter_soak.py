@@ -56,7 +56,8 @@ def scrape(url: str) -> tuple[float, str]:
 
 def series_figures(text: str) -> dict:
     samples = [l for l in text.splitlines() if l.startswith("futextrace_")]
-    value = lambda prefix: next((float(l.rsplit(" ", 1)[1]) for l in samples if l.startswith(prefix)), 0.0)
+    def value(prefix: str) -> float:
+        return next((float(line.rsplit(" ", 1)[1]) for line in samples if line.startswith(prefix)), 0.0)
     return {"series": len(samples),
             "labelled": int(value('futextrace_exporter_processes{state="labelled"}')),
             "tracked": int(value('futextrace_exporter_processes{state="tracked"}')),

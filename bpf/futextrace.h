@@ -106,4 +106,23 @@ struct ft_event {
 	char comm[16];
 };
 
+/* One process's futex hash as the task iterator (bpf/iter_task.bpf.c) reads
+ * it from the kernel, written with bpf_seq_write. One record per thread-group
+ * leader; where the leader has exited but threads live on, each live thread
+ * writes one and user space keeps one per tgid. */
+struct ft_iter_task {
+	u32 tgid;
+	u32 nr_threads;       /* signal->nr_threads */
+	u32 hash_mask;        /* private hash: buckets - 1; 0 with has_hash: global chosen by prctl */
+	u32 new_hash_mask;    /* pending replacement (mm's futex_phash_new): buckets - 1 */
+	s64 atomic;           /* mm's futex_atomic: the shared count while state is atomic */
+	u8 has_hash;          /* mm's futex_phash is set */
+	u8 custom;            /* set by prctl(PR_FUTEX_HASH_SET_SLOTS) */
+	u8 state;             /* refcount mode: 0 per-CPU (FR_PERCPU), 1 atomic (FR_ATOMIC) */
+	u8 has_new;           /* a replacement waits for its pivot */
+	u8 new_custom;
+	u8 pad[3];
+	char comm[16];        /* the leader's (or the writing thread's) comm */
+};
+
 #endif /* FUTEXTRACE_H */

@@ -24,10 +24,11 @@ from futextrace.kernel.btf import Btf, BtfType, Digest, Member, TypeSource  # no
 # Structs whose names contain one of these are kept in full (all members).
 FUTEX_WORDS = ("futex",)
 # Big structs of which only these members are kept (offsets stay exact).
-PRUNED = {"task_struct": {"mm", "pid", "tgid", "signal", "futex", "comm", "flags"},
+PRUNED = {"task_struct": {"mm", "pid", "tgid", "signal", "futex", "comm", "flags", "group_leader"},
           "signal_struct": {"nr_threads"},
           "mm_struct": None,    # None: keep members whose name starts with "futex"
-          "pt_regs": "all"}
+          "pt_regs": "all",
+          "bpf_iter_meta": {"seq"}}   # the task iterator's context
 SYMBOL_WORDS = ("futex", "mmput", "copy_process", "kernel_clone")
 
 

@@ -5,7 +5,7 @@ import click
 
 from futextrace.bench import runner as bench
 from futextrace.commands.options import json_option, text_wanted
-from futextrace.errors import EXIT_CODES_HELP, FileProblem, UsageError
+from futextrace.errors import EXIT_CODES_HELP, UsageError
 
 
 class BucketsType(click.ParamType):

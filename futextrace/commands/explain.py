@@ -5,7 +5,7 @@ import click
 
 from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
 from futextrace.commands.options import json_option, text_wanted
-from futextrace.output.jsonio import open_output, write_json
+from futextrace.output.jsonio import open_output
 
 EXAMPLES = """\b
 Examples:

@@ -1,35 +1,88 @@
 """`futextrace snapshot`: the futex hash running processes use right now."""
 from __future__ import annotations
 
+import json
+import signal
+import time
+
 import click
 
 from futextrace.errors import EXIT_CODES_HELP
-from futextrace.commands.options import json_option, text_wanted
+from futextrace.commands.options import text_wanted
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
 Examples:
-  futextrace snapshot -p 1234             # PID 1234's hash, watched for 1 s
-  futextrace snapshot -d 3                # every process making futex calls within 3 s
+  futextrace snapshot                     # every process with a private hash or the global one by prctl
+  futextrace snapshot -p 1234 -p 5678     # these processes, idle or not
+  futextrace snapshot --json -            # the same as JSON on stdout
+  futextrace snapshot --watch -d 60       # then one line per process that comes, goes or changes
 """
 
 
 @click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
 @click.option("-p", "--pid", "pids", type=int, multiple=True, help="this process (repeatable)")
-@click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), default=1.0,
-              show_default=True, help="seconds to watch")
-@json_option("the snapshot")
-def command(pids, duration, json_path):
-    """Bucket count, custom/auto and private/global of running processes.
+@click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="--watch: stop after this many seconds; without the task iterator: seconds "
+                   "to watch futex calls (default 1)")
+@click.option("-w", "--watch", is_flag=True,
+              help="keep going: print each process that appears, exits or changes its hash "
+                   "(re-read on fork/exec/exit events from the proc connector)")
+@click.option("-i", "--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="--watch: also re-read this often (hash changes come with no process event)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="write JSON ('-' = stdout); with --watch, JSON lines: the snapshot, then one per change")
+def command(pids, duration, watch, interval, json_path):
+    """Threads, bucket count, custom/auto/global, refcount mode and pending
+    replacement of running processes' futex hashes, most threads first.
 
-    The kernel answers PR_FUTEX_HASH_GET_SLOTS only for the calling process, so
-    this watches futex calls for a moment: a process that makes none is "not seen"."""
-    from futextrace.record.snapshot import render, snapshot
+    Read at once from the kernel by a BPF task iterator, idle processes
+    included. Where the kernel refuses iterators, futex calls are watched for
+    a moment instead (labelled): a process that makes none is "not seen"."""
+    from futextrace.record import snapshot as S
     json_out = open_output(json_path) if json_path else None
-    snap = snapshot(list(pids), duration)
+    if watch:
+        return watch_command(list(pids), duration, interval, json_out, json_path)
+    snap = S.snapshot(list(pids), duration or 1.0)
     if json_out is not None:
         write_json(json_out, snap)
     if text_wanted(json_path):
-        click.echo(render(snap))
+        click.echo(S.render(snap))
     if snap.get("note") and text_wanted(json_path):
         click.echo(f"note: {snap['note']}; the watch ended early")
+
+
+def watch_command(pids, duration, interval, json_out, json_path):
+    from futextrace.kernel import model as kmodel
+    from futextrace.record import snapshot as S
+    watcher = S.Watcher(kmodel.load(), pids, interval)
+    to_text = json_path != "-"
+
+    def line(obj: dict):
+        if json_out is not None:
+            json_out.write(json.dumps(obj) + "\n")
+            json_out.flush()
+
+    def emit(t, change, row, status):
+        line({"t": round(t, 3), "change": change, "exit_status": status, **row})
+        if to_text:
+            from futextrace.record.procevents import exit_text
+            tail = f"  exited ({exit_text(status)})" if status is not None else (
+                "  exited" if change == "gone" else "")
+            mark = {"new": "+", "gone": "-", "changed": "~"}[change]
+            click.echo(f"{time.strftime('%H:%M:%S')} +{t:.2f}s {mark}{S.format_row(row)}{tail}")
+
+    old = {s: signal.signal(s, watcher.stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        first = watcher.read()
+        snap = {**S.header(watcher.model, S.ITERATOR, watcher.how),
+                "processes": S.sort_rows(list(first.values())), "note": None}
+        line(snap)
+        if to_text:
+            click.echo(S.render(snap))
+            click.echo("watching: + appeared, - exited, ~ changed (Ctrl-C stops)", nl=True)
+        watcher.run(emit, duration, first)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        watcher.close()

@@ -40,6 +40,9 @@ OFFSETS = {
     "task_struct.tgid": ("task_struct", ["tgid"]),
     "task_struct.pid": ("task_struct", ["pid"]),
     "task_struct.signal": ("task_struct", ["signal"]),
+    "task_struct.comm": ("task_struct", ["comm"]),                  # task iterator
+    "task_struct.group_leader": ("task_struct", ["group_leader"]),  # task iterator
+    "bpf_iter_meta.seq": ("bpf_iter_meta", ["seq"]),                 # task iterator
     "signal_struct.nr_threads": ("signal_struct", ["nr_threads"]),
     # 6.17-7.1 (and some stable kernels): flat fields; 7.2+: mm->futex.phash.*
     "mm_struct.futex_phash": ("mm_struct", ["futex_phash", "futex.phash.hash"]),
@@ -62,6 +65,7 @@ for _r in ("di", "si", "dx", "r10", "r8", "r9", "ax", "orig_ax"):
     OFFSETS[f"pt_regs.{_r}"] = ("pt_regs", [_r])
 
 TP_BTF = ["sys_enter"]   # tracepoints the tracepoint method attaches as tp_btf
+ITERATORS = ["task"]     # BPF iterators (BTF func bpf_iter_<name>) snapshot reads
 
 SIZES = ["futex_hash_bucket", "futex_private_hash", "futex_key", "futex_bucket_ref"]
 
@@ -135,6 +139,8 @@ class KernelModel:
     notes: list[str] = field(default_factory=list)
     # BTF ids of the running kernel's `btf_trace_<tp>` typedefs: tp_btf attach points.
     tp_btf_ids: dict[str, int] = field(default_factory=dict)
+    # BTF ids of the running kernel's `bpf_iter_<target>` funcs: iterator attach points.
+    iter_btf_ids: dict[str, int] = field(default_factory=dict)
 
     def probeable(self, name: str) -> bool:
         f = self.functions.get(name)
@@ -287,8 +293,14 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
             ids = btf.ids_named(f"btf_trace_{tp}")
             if ids:
                 tp_btf_ids[tp] = ids[0]
+    iter_btf_ids = {}
+    if live and btf_path is None:
+        for target in ITERATORS:
+            funcs = [i for i in btf.ids_named(f"bpf_iter_{target}") if btf.get(i).kind == "FUNC"]
+            if funcs:
+                iter_btf_ids[target] = funcs[0]
 
     return KernelModel(release, btf_path or VMLINUX_BTF, private_hash, mm_layout, hash_returns,
                        offsets["futex_hash_bucket.priv"] is not None, functions, offsets, sizes,
                        gh, data_symbol, topology, clone_rule, clone_src, sym_source, notes,
-                       tp_btf_ids)
+                       tp_btf_ids, iter_btf_ids)

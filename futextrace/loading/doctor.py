@@ -22,7 +22,7 @@ from futextrace.loading.methods import KPROBE_PMU
 
 LABELS = {"fentry": "fentry/fexit", "kprobe": "kprobe/kretprobe",
           "tracepoint": "tracepoint", "raw_tracepoint": "raw tracepoint",
-          "tp_btf": "BTF tracepoint"}
+          "tp_btf": "BTF tracepoint", "task_iterator": "task iterator"}
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
 
@@ -237,10 +237,28 @@ def probe_tp_btf(model: kmodel.KernelModel) -> MethodStatus:
                        lambda b: tpbtf.attach(b, "on_btf", tp_id), " (the tracepoint method's futex hook)")
 
 
+def probe_task_iterator(model: kmodel.KernelModel) -> MethodStatus:
+    """What `snapshot` reads: load the task iterator and read every process once;
+    it must find this very process."""
+    from futextrace.errors import FutextraceError
+    from futextrace.loading.iterator import TaskIterator
+    try:
+        with TaskIterator(model) as it:
+            records = it.read()
+    except FutextraceError as e:
+        return MethodStatus("task_iterator", False, str(e), "bpf_iter_task")
+    me = records.get(os.getpid())
+    if me is None:
+        return MethodStatus("task_iterator", False, f"read {len(records)} processes, but not this one",
+                            "bpf_iter_task")
+    return MethodStatus("task_iterator", True, f"loaded, attached and read {len(records)} processes, this "
+                        f"one with {me['nr_threads']} threads (snapshot's source)", "bpf_iter_task")
+
+
 def probe_methods(model: kmodel.KernelModel) -> list[MethodStatus]:
     """Each attach method, proven by a real load+attach on the running kernel."""
     return [probe_fentry(model), probe_kprobe(model), probe_tracepoint(model),
-            probe_raw_tracepoint(model), probe_tp_btf(model)]
+            probe_raw_tracepoint(model), probe_tp_btf(model), probe_task_iterator(model)]
 
 
 def recommended_method(statuses: list[MethodStatus]) -> str | None:

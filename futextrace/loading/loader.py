@@ -230,7 +230,7 @@ class Program:
                 probes.append("raw_tracepoint:sys_enter")
             # futex_waitv entries beyond one program's verifier budget: a tail call.
             tpbtf.fill_tail_call(self._bpf, "waitv_progs", "ft_btf_waitv_chunk", "ft_raw_waitv_chunk",
-                                 tp_id if probes[0].startswith("tp_btf") else None)
+                                 self._tp_btf_id if probes[0].startswith("tp_btf") else None)
             if self.exact_prctl:
                 self._bpf.attach_tracepoint(tp=b"syscalls:sys_exit_prctl", fn_name=b"ft_tp_sys_exit_prctl")
                 probes.append("tracepoint:syscalls:sys_exit_prctl")

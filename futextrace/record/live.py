@@ -7,8 +7,6 @@ data, unit-tested on recorded snapshots.
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
 
 from futextrace.record.aggregate import KIND_NAMES, total_of, merge_futexes

@@ -19,7 +19,7 @@ from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import choose_method, refuse_unserved
-from futextrace.record import startup, targets
+from futextrace.record import procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
 
@@ -254,17 +254,21 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
     with startup.SlowStartWatch():
         rec = Recorder(opts, model)
         rec.start()
+    exits = procevents.exit_watch(opts.pids)   # exit events pushed by the kernel; None: poll /proc
     try:
         def one_gone() -> bool:
             return not all(targets.alive(p) for p in opts.pids)
-        duration = rec.run(until=one_gone if opts.pids else None)
+        until = exits.any_exited if exits else one_gone
+        duration = rec.run(until=until if opts.pids else None)
         result = rec.recording(duration)
         _keep_output_error(rec, result)
         gone = [p for p in opts.pids if not targets.alive(p)]
     finally:
         rec.close()
+        if exits:
+            exits.close()
     if gone:
-        result["error"] = f"PID {gone[0]} exited during tracing"
+        result["error"] = f"PID {gone[0]} exited during tracing" + (exits.describe(gone[0]) if exits else "")
     return result
 
 

@@ -6,7 +6,6 @@ per-CPU cache in front of the map holds, so the map fills."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time

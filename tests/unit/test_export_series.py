@@ -42,7 +42,7 @@ def test_other_never_goes_backwards_when_a_process_is_promoted_and_demoted():
 def test_random_churn_keeps_every_series_monotonic_and_bounded():
     rng = random.Random(15)
     n, book = 3, SeriesBook(max_processes=3, grace_s=5)
-    counts, dead, last, total = {}, set(), {}, 0
+    counts, dead, last = {}, set(), {}
     for t in range(300):
         for _ in range(rng.randint(0, 4)):            # processes come...
             counts[rng.randint(1, 10**6)] = 0

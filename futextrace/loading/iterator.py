@@ -1,0 +1,185 @@
+"""Read every process's futex hash from the kernel, now: a BPF task iterator.
+
+bpf/iter_task.bpf.c is compiled by BCC, then loaded with bpf(2) as a tracing
+program of attach type BPF_TRACE_ITER on the BTF func `bpf_iter_task`
+(BCC 0.26 cannot create iterator links). BPF_LINK_CREATE makes the link,
+BPF_ITER_CREATE an fd whose read() runs the program over every task; it writes
+one `struct ft_iter_task` (bpf/futextrace.h) per process.
+
+The program uses no map, so its instructions do not depend on the load: they
+are cached with the record's layout (BCC's description of the struct) under
+$FUTEXTRACE_CACHE/iter, keyed by the source and every -D flag, and later runs
+skip the compiler. Everything is closed when `TaskIterator.close()` runs.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+from futextrace.errors import EnvironmentProblem, KernelRefused
+from futextrace.loading.bpfsys import BPF_PROG_LOAD, bpf
+from futextrace.loading.layout import bpf_dir
+
+BPF_LINK_CREATE = 28
+BPF_ITER_CREATE = 33
+_BPF_PROG_TYPE_TRACING = 26
+_BPF_TRACE_ITER = 28
+_ATTR_SIZE = 128
+_FN = "ft_iter_task"
+
+# -D macro -> kernel model offset key.
+OFFSETS = {
+    "OFF_TASK_MM": "task_struct.mm", "OFF_TASK_TGID": "task_struct.tgid",
+    "OFF_TASK_PID": "task_struct.pid", "OFF_TASK_SIGNAL": "task_struct.signal",
+    "OFF_TASK_COMM": "task_struct.comm", "OFF_TASK_GROUP_LEADER": "task_struct.group_leader",
+    "OFF_SIGNAL_NR_THREADS": "signal_struct.nr_threads",
+    "OFF_MM_PHASH": "mm_struct.futex_phash", "OFF_MM_PHASH_NEW": "mm_struct.futex_phash_new",
+    "OFF_MM_ATOMIC": "mm_struct.futex_atomic",
+    "OFF_FPH_STATE": "futex_private_hash.state", "OFF_FPH_MASK": "futex_private_hash.hash_mask",
+    "OFF_FPH_CUSTOM": "futex_private_hash.custom", "OFF_META_SEQ": "bpf_iter_meta.seq",
+}
+
+
+def cflags(model) -> list[str]:
+    missing = [key for key in OFFSETS.values() if model.offsets.get(key) is None]
+    if missing:
+        raise EnvironmentProblem(f"this kernel's BTF has no {missing[0]}: the task iterator cannot "
+                                 "read its futex hash (run `futextrace doctor` for details)")
+    return [f"-D{macro}={int(model.offsets[key])}" for macro, key in OFFSETS.items()]
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace")) / "iter"
+
+
+def _compile(source: str, flags: list[str]) -> dict:
+    """BCC compiles; we keep the instructions and the record's layout."""
+    from futextrace.kernel.headers import bcc_environment
+    bcc_environment()
+    from bcc import BPF, lib
+    try:
+        b = BPF(text=source.encode(), cflags=flags)
+    except Exception as e:  # BCC raises bare Exceptions
+        raise KernelRefused(f"the task iterator program did not compile: {str(e).splitlines()[0]}")
+    try:
+        insns = b.dump_func(_FN.encode())
+        leaf = lib.bpf_table_leaf_desc(b.module, b"iter_layout").decode()
+    finally:
+        b.cleanup()
+    return {"insns": insns.hex(), "leaf": leaf}
+
+
+def compiled(model) -> tuple[bytes, type]:
+    """(instructions, ctypes type of struct ft_iter_task), from the cache when it has them."""
+    source = (bpf_dir() / "iter_task.bpf.c").read_text()
+    flags = cflags(model) + [f"-I{bpf_dir()}", "-Wno-macro-redefined"]
+    header = (bpf_dir() / "futextrace.h").read_text()
+    key = hashlib.sha256("\0".join([source, header, *flags]).encode()).hexdigest()[:24]
+    path = _cache_dir() / f"task-{key}.json"
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        entry = _compile(source, flags)
+        try:   # best effort: an unwritable cache only costs the next run a compile
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entry))
+            tmp.replace(path)
+        except OSError:
+            pass
+    from bcc import BPF   # BCC turns its own layout description into ctypes
+    return bytes.fromhex(entry["insns"]), BPF._decode_table_type(json.loads(entry["leaf"]))
+
+
+def _load(insns: bytes, btf_id: int) -> int:
+    """BPF_PROG_LOAD as BPF_PROG_TYPE_TRACING / BPF_TRACE_ITER on `btf_id`;
+    the verifier's log is asked for only to explain a refusal."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(1 << 20)
+    for log_level in (0, 1):
+        attr = bytearray(_ATTR_SIZE)
+        struct.pack_into("<IIQQIIQII16s", attr, 0, _BPF_PROG_TYPE_TRACING, len(insns) // 8,
+                         ctypes.addressof(code), ctypes.addressof(license_), log_level,
+                         len(log) if log_level else 0, ctypes.addressof(log) if log_level else 0,
+                         0, 0, _FN.encode()[:15])
+        struct.pack_into("<I", attr, 68, _BPF_TRACE_ITER)   # expected_attach_type
+        struct.pack_into("<I", attr, 108, btf_id)           # attach_btf_id
+        try:
+            return bpf(BPF_PROG_LOAD, attr)
+        except OSError as e:
+            err = e
+    lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
+    why = lines[-2] if len(lines) >= 2 else (lines[-1] if lines else "")
+    raise KernelRefused(f"the kernel refused the task iterator ({err.strerror})" + (f": {why}" if why else ""))
+
+
+class TaskIterator:
+    """A loaded task iterator; `read()` returns one record per process. Use as a context manager."""
+
+    def __init__(self, model):
+        btf_id = model.iter_btf_ids.get("task")
+        if btf_id is None:
+            raise KernelRefused("no bpf_iter_task in the kernel's BTF: this kernel has no task iterator")
+        insns, self.Record = compiled(model)
+        self._links: list[int] = []
+        self._prog_fd = _load(insns, btf_id)
+        try:
+            attr = bytearray(_ATTR_SIZE)
+            struct.pack_into("<IIII", attr, 0, self._prog_fd, 0, _BPF_TRACE_ITER, 0)
+            self._links.append(bpf(BPF_LINK_CREATE, attr))
+        except OSError as e:
+            self.close()
+            raise KernelRefused(f"the kernel refused to create the task iterator link ({e.strerror})")
+
+    def read_raw(self) -> bytes:
+        """One pass over every task: the records the program wrote."""
+        return b"".join(self._read_link(fd) for fd in self._links)
+
+    def _read_link(self, link_fd: int) -> bytes:
+        try:
+            fd = bpf(BPF_ITER_CREATE, struct.pack("<II", link_fd, 0))
+        except OSError as e:
+            raise KernelRefused(f"the kernel refused to start the task iterator ({e.strerror})")
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+        except OSError as e:
+            raise KernelRefused(f"reading the task iterator failed ({e.strerror})")
+        finally:
+            os.close(fd)
+
+    def read(self) -> dict[int, dict]:
+        """tgid -> its record as a dict (first record wins: a tgid whose leader
+        exited is written by each of its live threads)."""
+        data, size = self.read_raw(), ctypes.sizeof(self.Record)
+        out: dict[int, dict] = {}
+        for off in range(0, len(data) - len(data) % size, size):
+            r = self.Record.from_buffer_copy(data, off)
+            if r.tgid in out:
+                continue
+            rec = {name: getattr(r, name) for name, _ in r._fields_ if name not in ("pad", "comm")}
+            rec["comm"] = bytes(r.comm).split(b"\0", 1)[0].decode(errors="replace")
+            out[r.tgid] = rec
+        return out
+
+    def close(self):
+        while getattr(self, "_links", None):
+            os.close(self._links.pop())
+        if getattr(self, "_prog_fd", None) is not None:
+            os.close(self._prog_fd)
+            self._prog_fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
