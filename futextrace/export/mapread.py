@@ -67,7 +67,8 @@ def lookup_batch(table) -> tuple[bytes, bytes, int] | None:
 
 
 class BatchRecorder(Recorder):
-    """The recorder, with the futexes map read in batches (see the module doc)."""
+    """The recorder, with the futexes map read in batches (see the module doc);
+    the per-CPU cache is read through its MapReader (loading/maps.py)."""
 
     def dump_futexes(self) -> list[dict]:
         table = self.program.bpf["futexes"]
@@ -92,7 +93,7 @@ class BatchRecorder(Recorder):
         """The per-CPU cache in front of the map, as Recorder.dump_futexes reads it."""
         out = []
         nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
-        for idx, s in self._cache_items():
+        for idx, s in self.maps._cache_items():
             per_cpu = [[0, 0, 0, 0, 0] for _ in range(ncpus)]
             st = s.st
             per_cpu[idx // nslots] = [st.lookups, st.atomic_lookups, st.bucket, st.node, st.kernel_bucket]

@@ -64,4 +64,3 @@ def names(name: str) -> dict[int, str]:
 KIND = enum("ft_kind")
 COUNTER = enum("ft_counter")
 EVENT = enum("ft_event_type")
-NODE_LOCAL = define("FT_NODE_LOCAL")   # futex_stat.node: "the node of the CPU it ran on"

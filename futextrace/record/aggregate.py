@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from futextrace import __version__
 from futextrace.analysis.timeline import build_timeline
-from futextrace.loading.layout import KIND, NODE_LOCAL
+from futextrace.loading.layout import KIND
 
 SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1
@@ -31,7 +31,7 @@ class CpuStat(NamedTuple):
     lookups: int
     atomic: int          # lookups while the private hash's reference was atomic
     bucket: int
-    node: int            # -1: private hash; NODE_LOCAL: the node of the CPU it ran on
+    node: int            # -1: private hash; else the global table's node (FUTEX2_NUMA -1 resolved in BPF)
     kernel_bucket: int   # the bucket the kernel returned (kprobe method), else UNKNOWN
 
 
@@ -133,9 +133,6 @@ def _futex_rows(entries: list[dict], cpu_node: dict[int, int]) -> tuple[list[dic
             continue
         kind = KIND_NAMES.get(e["kind"], str(e["kind"]))
         node = st.node
-        if node == NODE_LOCAL:   # the node of the CPU that ran it
-            cpu = next(i for i, v in enumerate(e["per_cpu"]) if v.lookups)
-            node = cpu_node.get(cpu, 0)
         futexes.append({"tgid": e["tgid"], "kind": kind, "uaddr": e["uaddr"],
                         "hash_mask": e["hash_mask"] if kind == "private" else 0,   # global_numa: the node
                         "lookups": st.lookups, "atomic": st.atomic,

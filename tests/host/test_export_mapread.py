@@ -38,7 +38,7 @@ def test_batched_read_equals_the_bcc_walk():
         time.sleep(1.5)
         wl.send_signal(signal.SIGSTOP)
         time.sleep(0.3)
-        rec._cache_items = lambda: []   # the map alone: the per-CPU cache is read the same way by both
+        rec.maps._cache_items = lambda: []   # the map alone: the per-CPU cache is read the same way by both
         fast = {(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"]): f["per_cpu"] for f in rec.dump_futexes()}
         slow = walk(rec.program.bpf["futexes"])
         assert len(slow) >= 10000 and {k[0] for k in slow} == {wl.pid}
