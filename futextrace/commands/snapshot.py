@@ -1,14 +1,13 @@
 """`futextrace snapshot`: the futex hash running processes use right now."""
 from __future__ import annotations
 
-import json
 import signal
 import time
 
 import click
 
 from futextrace.errors import EXIT_CODES_HELP
-from futextrace.commands.options import text_wanted
+from futextrace.commands.options import json_option, text_wanted
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
@@ -23,15 +22,14 @@ Examples:
 @click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
 @click.option("-p", "--pid", "pids", type=int, multiple=True, help="this process (repeatable)")
 @click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="--watch: stop after this many seconds; without the task iterator: seconds "
+              help="with --watch: stop after this many seconds; without the task iterator: seconds "
                    "to watch futex calls (default 1)")
 @click.option("-w", "--watch", is_flag=True,
               help="keep going: print each process that appears, exits or changes its hash "
                    "(re-read on fork/exec/exit events from the proc connector)")
 @click.option("-i", "--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
-              help="--watch: also re-read this often (hash changes come with no process event)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False),
-              help="write JSON ('-' = stdout); with --watch, JSON lines: the snapshot, then one per change")
+              help="with --watch: also re-read this often (hash changes come with no process event)")
+@json_option("the snapshot (with --watch: JSON lines, the snapshot then one per change)")
 def command(pids, duration, watch, interval, json_path):
     """Threads, bucket count, custom/auto/global, refcount mode and pending
     replacement of running processes' futex hashes, most threads first.
@@ -60,8 +58,7 @@ def watch_command(pids, duration, interval, json_out, json_path):
 
     def line(obj: dict):
         if json_out is not None:
-            json_out.write(json.dumps(obj) + "\n")
-            json_out.flush()
+            json_out.write_jsonl(obj)
 
     def emit(t, change, row, status):
         line({"t": round(t, 3), "change": change, "exit_status": status, **row})
