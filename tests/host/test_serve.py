@@ -91,7 +91,10 @@ class Exporter:
         # Compiling with BCC takes minutes in a TCG guest on a loaded host.
         ready = wait_until(lambda: self.proc.poll() is not None or "futextrace_info" in (http_get(self.url) or ""),
                            timeout=STARTUP_S)
-        assert ready and self.proc.poll() is None, self.err.read_text()
+        if not (ready and self.proc.poll() is None):
+            self.proc.kill()    # a failed start must not leave an exporter attached
+            self.proc.wait()
+            raise AssertionError(self.err.read_text())
         self.ours = progs_held_by(self.proc.pid)
 
     def stop(self, sig=signal.SIGTERM) -> int:
