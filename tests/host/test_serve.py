@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.errors import EXIT_ENV, EXIT_USAGE
+from tests.host.conftest import wait_until
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
@@ -55,16 +56,6 @@ def progs_held_by(pid: int) -> set[int]:
             continue
         ids |= {int(l.split()[1]) for l in text.splitlines() if l.startswith("prog_id:")}
     return ids
-
-
-def wait_until(cond, timeout: float, step: float = 0.2):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return cond()
 
 
 def free_port() -> int:
