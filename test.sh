@@ -8,7 +8,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/scripts/bootstrap.sh" --vm
 cd "$here"
-args=()
 if [ "${1:-}" = "--all-kernels" ]; then
     export FUTEXTRACE_VM_KERNELS=all
     shift
