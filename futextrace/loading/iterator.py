@@ -21,14 +21,11 @@ import struct
 from pathlib import Path
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
-from futextrace.loading.bpfsys import BPF_PROG_LOAD, bpf
+from futextrace.loading.bpfsys import ATTR_SIZE, BPF_TRACE_ITER, bpf, load_tracing
 from futextrace.loading.layout import bpf_dir
 
 BPF_LINK_CREATE = 28
 BPF_ITER_CREATE = 33
-_BPF_PROG_TYPE_TRACING = 26
-_BPF_TRACE_ITER = 28
-_ATTR_SIZE = 128
 _FN = "ft_iter_task"
 
 # -D macro -> kernel model offset key.
@@ -96,26 +93,12 @@ def compiled(model) -> tuple[bytes, type]:
 
 
 def _load(insns: bytes, btf_id: int) -> int:
-    """BPF_PROG_LOAD as BPF_PROG_TYPE_TRACING / BPF_TRACE_ITER on `btf_id`;
-    the verifier's log is asked for only to explain a refusal."""
-    code = ctypes.create_string_buffer(insns, len(insns))
-    license_ = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(1 << 20)
-    for log_level in (0, 1):
-        attr = bytearray(_ATTR_SIZE)
-        struct.pack_into("<IIQQIIQII16s", attr, 0, _BPF_PROG_TYPE_TRACING, len(insns) // 8,
-                         ctypes.addressof(code), ctypes.addressof(license_), log_level,
-                         len(log) if log_level else 0, ctypes.addressof(log) if log_level else 0,
-                         0, 0, _FN.encode()[:15])
-        struct.pack_into("<I", attr, 68, _BPF_TRACE_ITER)   # expected_attach_type
-        struct.pack_into("<I", attr, 108, btf_id)           # attach_btf_id
-        try:
-            return bpf(BPF_PROG_LOAD, attr)
-        except OSError as e:
-            err = e
-    lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
-    why = lines[-2] if len(lines) >= 2 else (lines[-1] if lines else "")
-    raise KernelRefused(f"the kernel refused the task iterator ({err.strerror})" + (f": {why}" if why else ""))
+    """The iterator program as BPF_PROG_TYPE_TRACING / BPF_TRACE_ITER on `btf_id`."""
+    try:
+        return load_tracing(insns, _FN, BPF_TRACE_ITER, btf_id)
+    except OSError as e:
+        raise KernelRefused(f"the kernel refused the task iterator ({e.strerror})"
+                            + (f": {e.verifier_says}" if e.verifier_says else ""))
 
 
 class TaskIterator:
@@ -129,8 +112,8 @@ class TaskIterator:
         self._links: list[int] = []
         self._prog_fd = _load(insns, btf_id)
         try:
-            attr = bytearray(_ATTR_SIZE)
-            struct.pack_into("<IIII", attr, 0, self._prog_fd, 0, _BPF_TRACE_ITER, 0)
+            attr = bytearray(ATTR_SIZE)
+            struct.pack_into("<IIII", attr, 0, self._prog_fd, 0, BPF_TRACE_ITER, 0)
             self._links.append(bpf(BPF_LINK_CREATE, attr))
         except OSError as e:
             self.close()

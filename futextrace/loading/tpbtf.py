@@ -14,36 +14,8 @@ import ctypes
 import os
 import struct
 
-from futextrace.loading.bpfsys import BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN, bpf
+from futextrace.loading.bpfsys import BPF_RAW_TRACEPOINT_OPEN, BPF_TRACE_RAW_TP, bpf, load_tracing
 from futextrace.errors import KernelRefused
-
-_BPF_PROG_TYPE_TRACING = 26
-_BPF_TRACE_RAW_TP = 23
-_ATTR_SIZE = 128               # up to attach_btf_id and then some; the kernel zero-checks the tail
-
-
-def _load(insns: bytes, fn_name: str, btf_id: int, log_level: int) -> int:
-    """BPF_PROG_LOAD as tp_btf; returns the program fd. A refusal raises
-    OSError with `verifier_says`: the verifier's reason when log_level is 1."""
-    code = ctypes.create_string_buffer(insns, len(insns))
-    license_ = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(1 << 20 if log_level else 1)
-    attr = bytearray(_ATTR_SIZE)
-    # union bpf_attr, BPF_PROG_LOAD: prog_type, insn_cnt, insns, license,
-    # log_level, log_size, log_buf, kern_version, prog_flags, prog_name[16]
-    struct.pack_into("<IIQQIIQII16s", attr, 0, _BPF_PROG_TYPE_TRACING, len(insns) // 8,
-                     ctypes.addressof(code), ctypes.addressof(license_), log_level,
-                     len(log) if log_level else 0, ctypes.addressof(log) if log_level else 0,
-                     0, 0, fn_name.encode()[:15])
-    struct.pack_into("<I", attr, 68, _BPF_TRACE_RAW_TP)     # expected_attach_type
-    struct.pack_into("<I", attr, 108, btf_id)               # attach_btf_id
-    try:
-        return bpf(BPF_PROG_LOAD, attr)
-    except OSError as e:
-        lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
-        e.verifier_says = lines[-2] if len(lines) >= 2 else (lines[-1] if lines else "")
-        raise
-
 
 def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     """Load BCC function `fn_name` as tp_btf on the tracepoint whose
@@ -68,16 +40,10 @@ def load(bcc, fn_name: str, btf_id: int) -> int:
     except Exception as e:  # BCC raises bare Exceptions
         raise KernelRefused(f"tp_btf program {fn_name} did not compile: {e}")
     try:
-        # No verifier log on the first try: logging every instruction it checks
-        # made the load take 0.76 s instead of 0.1 s. A refusal is retried with
-        # the log, for the reason to show.
-        return _load(insns, fn_name, btf_id, log_level=0)
-    except OSError:
-        try:
-            return _load(insns, fn_name, btf_id, log_level=1)
-        except OSError as e:
-            raise KernelRefused(f"the kernel refused tp_btf program {fn_name} ({e.strerror})"
-                                + (f": {e.verifier_says}" if getattr(e, "verifier_says", "") else ""))
+        return load_tracing(insns, fn_name, BPF_TRACE_RAW_TP, btf_id)
+    except OSError as e:
+        raise KernelRefused(f"the kernel refused tp_btf program {fn_name} ({e.strerror})"
+                            + (f": {e.verifier_says}" if e.verifier_says else ""))
 
 
 def fill_tail_call(bcc, table: str, fn_btf: str, fn_raw: str, btf_id: int | None) -> None:
