@@ -47,9 +47,13 @@ def _pivoted(r: dict, t: float) -> None:
     r["pivot_t"], r["pending_s"] = t, round(t - r["t"], 6)
 
 
+# `_Proc.hash` for a hash read at attach whose kernel address no event has shown yet.
+AT_ATTACH = -1
+
+
 class _Proc:
     def __init__(self):
-        self.hash = None        # kernel address of the hash in use (None: unknown yet)
+        self.hash = None        # kernel address of the hash in use (None: unknown yet, 0: none)
         self.seen = False       # a hash state was recorded (NEWTASK/prctl alone set `hash`)
         self.buckets = 0
         self.custom = False
@@ -65,6 +69,18 @@ class _Proc:
             self.pending["new_buckets"] = buckets
             self.pending = None
         self.hash, self.buckets, self.custom = new_hash, buckets, bool(ev["custom"])
+
+    def start_from(self, state: dict) -> None:
+        """The hash the task iterator read at attach (hash_at_attach)."""
+        present = state["kind"] != "none"
+        self.hash = AT_ATTACH if present else 0
+        self.buckets, self.custom = state["buckets"] or 0, state["mode"] == "custom"
+
+    def adopt(self, ev: dict) -> None:
+        """The first event showing the hash read at attach gives its address.
+        (A pivot between the read and this event is shown by hash_states.)"""
+        if self.hash == AT_ATTACH and ev["hash"]:
+            self.hash = ev["hash"]
 
 
 def _static_prctl_result(enter: dict) -> int | None:
@@ -92,6 +108,8 @@ def _resolve_prctl(p: _Proc, ev: dict) -> None:
         p.awaiting.remove(item)
 
 
+# Events whose hash fields show the hash in use.
+_ADOPTING = {EVENT["FTE_HASH_SEEN"], EVENT["FTE_NEWTASK"], EVENT["FTE_PRCTL_ENTER"]}
 # Events after which an inferred prctl result may be settled.
 _RESOLVING = {EVENT["FTE_HASH_SEEN"], EVENT["FTE_NEWTASK"], EVENT["FTE_EXIT"], EVENT["FTE_PRCTL_ENTER"]}
 
@@ -99,11 +117,16 @@ _RESOLVING = {EVENT["FTE_HASH_SEEN"], EVENT["FTE_NEWTASK"], EVENT["FTE_EXIT"], E
 class _Timeline:
     """Walks the events in time order; one handler per event kind."""
 
-    def __init__(self, events: list[dict], kernel: dict, infer_prctl: bool):
+    def __init__(self, events: list[dict], kernel: dict, infer_prctl: bool, at_attach: dict | None):
         self.online = len(kernel.get("online_cpus", [])) or None
         self.gsize = kernel.get("global_hash", {}).get("buckets_per_node")
         self.infer_prctl = infer_prctl
         self.procs: dict[int, _Proc] = {}
+        at_attach = at_attach or {}
+        for pid, state in at_attach.get("processes", {}).items():
+            self.procs.setdefault(int(pid), _Proc()).start_from(state)
+        # Complete (iterator, system-wide or -p): a process not listed had no hash at attach.
+        self.none_at_attach = bool(at_attach.get("complete"))
         self.resizes, self.threads, self.states = [], [], []
         # With the kprobe method futex_hash_allocate() itself is probed: its
         # events replace the resizes inferred from clone()/prctl().
@@ -116,7 +139,13 @@ class _Timeline:
         }
 
     def feed(self, ev: dict) -> None:
-        p = self.procs.setdefault(ev["tgid"], _Proc())
+        p = self.procs.get(ev["tgid"])
+        if p is None:
+            p = self.procs[ev["tgid"]] = _Proc()
+            if self.none_at_attach:
+                p.hash = 0
+        if ev["type"] in _ADOPTING:
+            p.adopt(ev)
         if p.awaiting and ev["type"] in _RESOLVING:
             _resolve_prctl(p, ev)
         handler = self.handlers.get(ev["type"])
@@ -143,7 +172,11 @@ class _Timeline:
         new_pending = buckets_of(ev["hash_new_mask"], bool(ev["hash_new"])) if ev["hash_new"] else None
         changed = p.hash is not None and ev["hash"] != p.hash
         first_alloc = p.hash in (None, 0) and ev["hash"] and now
-        if ev["tgid"] not in self.probed and (changed or first_alloc or (new_pending and p.pending is None)):
+        # A clone never installs a custom hash: one seen here was installed by a
+        # prctl (its inferred result is settled above), not by this clone.
+        by_prctl = bool(ev["custom"]) and not new_pending
+        if ev["tgid"] not in self.probed and not by_prctl and (changed or first_alloc
+                                                               or (new_pending and p.pending is None)):
             before = threads_before_clone(nr, flags)
             formula = auto_buckets(before, self.online, self.gsize) if self.online and self.gsize else None
             r = _resize(ev["t"], ev, "clone", clone_flags=flags, threads=before, online=self.online,
@@ -219,9 +252,11 @@ class _Timeline:
             p.pending = None
 
 
-def build_timeline(events: list[dict], kernel: dict, infer_prctl: bool = False) -> dict:
-    """Resizes, thread births/exits and hash states, from the events in time order."""
-    tl = _Timeline(events, kernel, infer_prctl)
+def build_timeline(events: list[dict], kernel: dict, infer_prctl: bool = False,
+                   at_attach: dict | None = None) -> dict:
+    """Resizes, thread births/exits and hash states, from the events in time order,
+    each process starting from its hash at attach where that was read."""
+    tl = _Timeline(events, kernel, infer_prctl, at_attach)
     for ev in sorted(events, key=lambda e: e["t"]):
         tl.feed(ev)
     return {"resizes": tl.resizes, "threads": tl.threads, "hash_states": tl.states}

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from futextrace import __version__
 from futextrace.analysis.timeline import build_timeline
+from futextrace.analysis.whatif import futex_list
 from futextrace.loading.layout import KIND
 
 SCHEMA = "futextrace-recording"
@@ -173,7 +174,7 @@ def _processes(futexes: list[dict], comms: dict[int, str], global_buckets: int) 
     for f in futexes:
         by_tgid[f["tgid"]].append(f)
     return [{"pid": tgid, "comm": comms.get(tgid, ""), "lookups": _lookups(fs),
-             "hashes": _process_hashes(fs, global_buckets)}
+             "hashes": _process_hashes(fs, global_buckets), "futex_list": futex_list(fs)}
             for tgid, fs in sorted(by_tgid.items(), key=lambda kv: -_lookups(kv[1]))]
 
 
@@ -223,8 +224,10 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
     counters = {k: sum(v) for k, v in raw["counters"].items()}
     futexes, per_cpu = _futex_rows(raw["futexes"], cpu_node)
     per_cpu_rows = _per_cpu_rows(per_cpu, cpu_node, raw["counters"])
+    at_attach = raw.get("hash_at_attach") or {"source": "unavailable", "complete": False, "processes": {},
+                                              "note": "not read (a recording made without it)"}
     timeline = build_timeline(raw.get("events", []), kernel,
-                              infer_prctl=method.get("prctl_results") == "inferred")
+                              infer_prctl=method.get("prctl_results") == "inferred", at_attach=at_attach)
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,
@@ -233,7 +236,7 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
         "per_cpu": per_cpu_rows, "per_node": _per_node_rows(per_cpu_rows),
         "refcount": _refcount(counters, method, futexes), "resizes": timeline["resizes"],
         "threads": timeline["threads"], "hash_states": timeline["hash_states"],
-        "intervals": raw.get("intervals", []),
+        "intervals": raw.get("intervals", []), "hash_at_attach": at_attach,
     }
 
 

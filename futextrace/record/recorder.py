@@ -8,6 +8,7 @@ is SIGKILLed (BCC holds them only through file descriptors and perf links).
 from __future__ import annotations
 
 import datetime as dt
+import os
 import signal
 import sys
 import time
@@ -19,7 +20,7 @@ from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import choose_method, refuse_unserved
-from futextrace.record import procevents, startup, targets
+from futextrace.record import attachstate, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
 
@@ -99,6 +100,7 @@ class Recorder:
         self.timings.update(self.program.timings)
         self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
         self.t0_ns = time.monotonic_ns()
+        self.attach_state = attachstate.read(self.model, self.opts.pids)   # after attach: no gap
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         if self.opts.announce:
             print("Tracing futex hash lookups... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
@@ -197,7 +199,8 @@ class Recorder:
                 "cpu_node": {str(k): v for k, v in topo.cpu_node.items()}, "nodes": topo.nodes,
                 "global_hash": {"buckets_per_node": g.buckets_per_node, "shift": g.shift,
                                 "nodes": g.nodes, "source": g.source},
-                "clone_rule": self.model.clone_rule, "hash_returns": self.model.hash_returns,
+                "clone_rule": self.model.clone_rule,
+                "futex_hash_bucket_size": self.model.sizes.get("futex_hash_bucket"), "hash_returns": self.model.hash_returns,
                 "mm_layout": self.model.mm_layout}
 
     def _method_facts(self) -> dict:
@@ -221,6 +224,7 @@ class Recorder:
         kernel, method = self._kernel_facts(), self._method_facts()
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
             self.comms.setdefault(pid, targets.comm_of(pid))
+        raw["hash_at_attach"] = self.attach_state
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
         rec["attach_s"] = self.attach_s
@@ -280,6 +284,7 @@ def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
         with startup.SlowStartWatch():
             rec = Recorder(opts, model)
             rec.start()
+        attachstate.mark_launched(rec.attach_state, child.pid, os.path.basename(argv[0]))
     except BaseException:
         child.kill()
         raise

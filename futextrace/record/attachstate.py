@@ -1,0 +1,51 @@
+"""Each traced process's futex hash at attach (the recording's `hash_at_attach`).
+
+One task-iterator read (loading/iterator.py) right after the programs attach,
+so a recording starts from what the kernel holds rather than from the first
+event that happens to show a hash. A launched command is known without
+reading: exec gives it a fresh mm, so it has no hash yet. Where the kernel
+refuses the iterator the section says so and the timeline falls back to first
+sightings (docs/json-schema.md).
+"""
+from __future__ import annotations
+
+from futextrace.errors import FutextraceError
+from futextrace.record.snapshot import listed, open_iterator, row_from_record
+
+FIELDS = ("pid", "comm", "threads", "buckets", "kind", "mode", "refcount", "pending")
+
+
+def _row(record: dict) -> dict:
+    row = row_from_record(record)
+    if not record["has_hash"]:
+        row["kind"] = "none"          # no private hash allocated, global not chosen
+    return {k: row[k] for k in FIELDS}
+
+
+def read(model, pids: list[int]) -> dict:
+    """The state of `pids` (every process with a hash when empty), now."""
+    it, why = open_iterator(model)
+    if it is None:
+        return {"source": "unavailable", "complete": False, "processes": {},
+                "targets": list(pids), "note": f"not read: {why}; each process starts from its first sighting"}
+    try:
+        with it:
+            records = it.read()
+    except FutextraceError as e:
+        return {"source": "unavailable", "complete": False, "processes": {},
+                "targets": list(pids), "note": f"not read: {e}; each process starts from its first sighting"}
+    if pids:
+        chosen = [records[p] for p in pids if p in records]
+    else:   # system-wide: a process not listed had no hash and had not chosen the global one
+        chosen = [r for r in records.values() if listed(row_from_record(r))]
+    return {"source": "iterator", "complete": True, "note": "read by a BPF task iterator at attach",
+            "targets": list(pids), "processes": {str(r["tgid"]): _row(r) for r in chosen}}
+
+
+def mark_launched(state: dict, pid: int, comm: str) -> None:
+    """A launched command's state right after exec: a fresh mm, no hash yet."""
+    if pid not in state.setdefault("targets", []):
+        state["targets"].append(pid)
+    state.setdefault("processes", {})[str(pid)] = {
+        "pid": pid, "comm": comm, "threads": 1, "buckets": 0, "kind": "none", "mode": None,
+        "refcount": None, "pending": None, "launched": True}
