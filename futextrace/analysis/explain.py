@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import errno
 
+from futextrace.analysis import whatif
+from futextrace.analysis.history import at_attach_text
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
-from futextrace.kernel.sizing import auto_buckets, roundup_pow_of_two, threads_before_clone
+from futextrace.kernel.sizing import auto_buckets, threads_before_clone
 
 # prctl results as the kernel returns them (negative errno).
 EINVAL, EBUSY, ENOMEM = -errno.EINVAL, -errno.EBUSY, -errno.ENOMEM
-MAX_SUGGESTED = 1 << 16      # 64 Ki buckets (~4 MiB): beyond that, more buckets are not the fix
+# The clone rule as the kernel model learned it live (a real clone watched),
+# never named by version: the rule change was backported to 6.18.y and 7.0.y.
 RULES = {
-    "thread+vm": "before 7.1 a clone allocates only with CLONE_THREAD|CLONE_VM",
-    "vm-not-vfork": "since 7.1 a clone allocates with CLONE_VM, except vfork",
-    "vm": "this kernel allocates on every CLONE_VM clone, vfork included (a backport variant)",
+    "thread+vm": "a clone allocates only with CLONE_THREAD|CLONE_VM",
+    "vm-not-vfork": "a clone allocates with CLONE_VM, except vfork",
+    "vm": "every CLONE_VM clone allocates, vfork included",
 }
 
 
@@ -61,12 +64,15 @@ def _ms(s: float) -> str:
     return f"{s * 1000:.2f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def _desc(buckets: int | None, custom: bool, global_chosen: bool) -> str:
+def _desc(buckets: int | None, custom: bool, global_chosen: bool, pending: int | None = None) -> str:
+    """The installed hash; a replacement waiting for its pivot beside it, not as current."""
     if buckets is None:
         return "unknown"
     if buckets == 0:
-        return "global hash (chosen with prctl, for good)" if global_chosen else "global hash (no private hash yet)"
-    return f"{buckets} buckets ({'custom, set by prctl' if custom else 'automatic'})"
+        text = "global (chosen with prctl, for good)" if global_chosen else "global (no private hash yet)"
+    else:
+        text = f"{buckets} buckets ({'custom' if custom else 'automatic'})"
+    return text + (f"; {pending} buckets pending (waiting for the pivot)" if pending else "")
 
 
 class _State:
@@ -75,6 +81,14 @@ class _State:
         self.custom = False
         self.global_chosen = False
         self.set_by = None   # the prctl step that made it custom/global
+        self.pending = None  # buckets of a replacement waiting for its pivot
+
+    def start_from(self, state: dict) -> None:
+        """The hash read at attach (hash_at_attach)."""
+        self.buckets = state["buckets"] or 0
+        self.custom = state["mode"] == "custom"
+        self.global_chosen = state["kind"] == "global" and self.custom
+        self.pending = (state.get("pending") or {}).get("buckets")
 
 
 def _threads_before(th: dict) -> int:
@@ -108,9 +122,11 @@ def _clone_resize(r: dict, th: dict | None, st: _State, k: dict) -> dict:
         notes.append(f"this kernel allocated on a {kind} although its learned rule says it would not "
                      f"({RULES[k['rule']]}); the recording shows it did")
     notes.append(_pending_text(r))
+    waiting = r.get("pivot_t") is None
     return {"t": r["t"], "kind": "resize", "trigger": "clone", "tid": th["tid"] if th else None,
             "clone_flags": flags, "formula": f, "buckets_before": r["old_buckets"],
-            "buckets_after": r["new_buckets"], "pending_s": r.get("pending_s"),
+            "buckets_after": r["old_buckets"] if waiting else r["new_buckets"],
+            "pending_buckets": r["new_buckets"] if waiting else None, "pending_s": r.get("pending_s"),
             "pivot_t": r.get("pivot_t"), "reason": "resized",
             "text": f"{text}; {r['old_buckets']} → {r['new_buckets']} buckets; " + "; ".join(notes)}
 
@@ -131,7 +147,7 @@ def _no_resize(th: dict, st: _State, k: dict) -> dict:
         why = "the process chose the global hash (SET_SLOTS 0): an automatic request returns 0"
     elif st.custom:
         reason, f = "custom", None          # returns before the formula
-        why = f"the size {st.buckets} was set by prctl (custom), which stops automatic resizes"
+        why = f"custom hash: no automatic resize (its {st.buckets} buckets were set with prctl)"
     elif f and st.buckets is not None and f["buckets"] <= st.buckets:
         reason = "big_enough"
         why = (f"{formula_text(f)}, and the hash already has {st.buckets}: "
@@ -145,7 +161,7 @@ def _no_resize(th: dict, st: _State, k: dict) -> dict:
             "no new hash was seen (events lost, or the clone failed with -ENOMEM)"
     return {"t": th["t"], "kind": "no_resize", "trigger": "clone", "tid": th["tid"], "clone_flags": flags,
             "formula": f, "buckets_before": st.buckets, "buckets_after": st.buckets, "pending_s": None,
-            "pivot_t": None, "reason": reason, "text": f"{head}: {why}"}
+            "pivot_t": None, "reason": reason, "threads": n, "why": why, "text": f"{head}: {why}"}
 
 
 def _prctl(r: dict, st: _State) -> dict:
@@ -190,13 +206,19 @@ def _apply(st: _State, step: dict) -> None:
         st.global_chosen = step["requested"] == 0
     if step["buckets_after"] is not None:
         st.buckets = step["buckets_after"]
+    if step["kind"] in ("resize", "prctl") and (step["kind"] == "resize" or step["result"] == 0):
+        st.pending = step.get("pending_buckets")
 
 
-def explain_process(pid: int, rec: dict) -> dict:
+def _kernel_inputs(rec: dict) -> dict:
     kern = rec.get("kernel", {})
-    k = {"online_cpus": len(kern.get("online_cpus", [])) or None,
-         "global_size": kern.get("global_hash", {}).get("buckets_per_node"),
-         "rule": kern.get("clone_rule")}
+    return {"online_cpus": len(kern.get("online_cpus", [])) or None,
+            "global_size": kern.get("global_hash", {}).get("buckets_per_node"),
+            "rule": kern.get("clone_rule")}
+
+
+def _items(pid: int, rec: dict) -> list[tuple]:
+    """(t, order, what, resize/state, thread) for one process, in time order."""
     resizes = [r for r in rec.get("resizes", []) if r["pid"] == pid]
     news = [t for t in rec.get("threads", []) if t["pid"] == pid and t["event"] == "new"]
     states = [s for s in rec.get("hash_states", []) if s["pid"] == pid]
@@ -215,20 +237,38 @@ def explain_process(pid: int, rec: dict) -> dict:
         items.append((r["t"], 1, "resize", r, th))
     items += [(t["t"], 1, "thread", None, t) for t in news if id(t) not in paired]
     items += [(s["t"], 0, "state", s, None) for s in states]
+    return sorted(items, key=lambda i: (i[0], i[1]))
+
+
+def _first_seen(r: dict, st: _State) -> dict:
+    st.buckets, st.custom = r["buckets"], r["custom"]
+    st.global_chosen = r["custom"] and r["buckets"] == 0
+    return {"t": r["t"], "kind": "first_seen", "tid": None, "reason": "first_seen",
+            "buckets_before": None, "buckets_after": r["buckets"], "formula": None,
+            "text": f"first seen at +{r['t']:.3f} s: "
+                    f"{_desc(r['buckets'], r['custom'], st.global_chosen)}"
+                    + (" (sized before tracing began: its inputs were not seen)" if r["buckets"] else "")}
+
+
+def _at_attach(state: dict, st: _State, k: dict) -> dict:
+    st.start_from(state)
+    return {"t": 0.0, "kind": "at_attach", "tid": None, "reason": "at_attach", "buckets_before": None,
+            "buckets_after": st.buckets, "pending_buckets": st.pending, "formula": None,
+            "text": "at attach: " + at_attach_text(state, k)}
+
+
+def explain_process(pid: int, rec: dict) -> dict:
+    k = _kernel_inputs(rec)
     st = _State()
     steps = []
-    for _, _, what, r, th in sorted(items, key=lambda i: (i[0], i[1])):
+    state = (rec.get("hash_at_attach") or {}).get("processes", {}).get(str(pid))
+    if state:
+        steps.append(_at_attach(state, st, k))
+    for _, _, what, r, th in _items(pid, rec):
         if what == "state":
             # Only the first sight matters: later changes are pivots of resizes above.
             if st.buckets is None:
-                st.buckets, st.custom = r["buckets"], r["custom"]
-                st.global_chosen = r["custom"] and r["buckets"] == 0
-                steps.append({"t": r["t"], "kind": "first_seen", "tid": None, "reason": "first_seen",
-                              "buckets_before": None, "buckets_after": r["buckets"], "formula": None,
-                              "text": f"first seen at +{r['t']:.3f} s: "
-                                      f"{_desc(r['buckets'], r['custom'], st.global_chosen)}"
-                                      + (" (sized before tracing began: its inputs were not seen)"
-                                         if r["buckets"] else "")})
+                steps.append(_first_seen(r, st))
             continue
         if what == "resize" and r["trigger"] == "prctl":
             step = _prctl(r, st)
@@ -238,11 +278,47 @@ def explain_process(pid: int, rec: dict) -> dict:
             step = _no_resize(th, st, k)
         steps.append(step)
         _apply(st, step)
-    comm = next((x["comm"] for x in resizes + states if x.get("comm")), "")
-    return {"pid": pid, "comm": comm, "steps": steps,
+    comm = (state or {}).get("comm") or next(
+        (x["comm"] for x in rec.get("resizes", []) + rec.get("hash_states", []) if x["pid"] == pid
+         and x.get("comm")), "")
+    return {"pid": pid, "comm": comm, "steps": steps, "lines": group_steps(steps),
             "final": {"buckets": st.buckets, "custom": st.custom, "global_chosen": st.global_chosen,
-                      "private": bool(st.buckets), "text": _desc(st.buckets, st.custom, st.global_chosen)},
+                      "private": bool(st.buckets), "pending_buckets": st.pending,
+                      "text": _desc(st.buckets, st.custom, st.global_chosen, st.pending)},
             "recommendation": recommend(pid, rec, st)}
+
+
+def _same_run(a: dict, b: dict) -> bool:
+    """Consecutive steps told as one line: threads created with the same outcome."""
+    return (a["kind"] == b["kind"] == "no_resize" and a["reason"] == b["reason"]
+            and a["buckets_before"] == b["buckets_before"] and clone_kind(a["clone_flags"]) ==
+            clone_kind(b["clone_flags"]))
+
+
+def _run_line(run: list[dict]) -> str:
+    first, last = run[0], run[-1]
+    top = max(run, key=lambda s: s["threads"])
+    low, high = min(s["threads"] for s in run), top["threads"]
+    kind = clone_kind(first["clone_flags"])
+    counts = f"{low}" if low == high else f"{low}–{high}"
+    return (f"{len(run)} × {kind} created from +{first['t']:.3f} s to +{last['t']:.3f} s "
+            f"with {counts} threads: no resize: {top['why']}")
+
+
+def group_steps(steps: list[dict]) -> list[dict]:
+    """Runs of consecutive steps with the same outcome as one line each
+    (`first`/`count` index `steps`, which keeps every event)."""
+    lines, i = [], 0
+    while i < len(steps):
+        j = i + 1
+        while j < len(steps) and _same_run(steps[i], steps[j]):
+            j += 1
+        run = steps[i:j]
+        text = run[0]["text"] if len(run) == 1 else _run_line(run)
+        lines.append({"first": i, "count": len(run), "t_first": run[0]["t"], "t_last": run[-1]["t"],
+                      "text": text})
+        i = j
+    return lines
 
 
 def _hash_stats(pid: int, rec: dict) -> dict | None:
@@ -262,15 +338,57 @@ def expected_collisions(futexes: int, buckets: int) -> float:
     return futexes - (buckets - empty)
 
 
-def recommend(pid: int, rec: dict, st: _State) -> dict | None:
-    """A SET_SLOTS value from what was measured: 4 buckets per distinct futex,
-    a power of two, at least 16 (the kernel's own floor)."""
-    h = _hash_stats(pid, rec)
-    if not h or not h.get("distinct_futexes"):
+def _whatif(pid: int, rec: dict) -> dict | None:
+    proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), None)
+    if not proc or not proc.get("futex_list"):
         return None
-    d = h["distinct_futexes"]
-    cur = h["buckets"] if h["kind"] == "private" else 0   # 0: on the global hash
-    slots = min(max(16, roundup_pow_of_two(4 * d)), MAX_SUGGESTED)
+    unattributed = (rec.get("totals") or {}).get("unattributed_causes", {}).get("map_full")
+    note = (f"{unattributed} lookups were not attributed to a futex (map full): not in the table"
+            if unattributed else None)
+    return whatif.table(proc["futex_list"], rec.get("kernel", {}).get("futex_hash_bucket_size"), note)
+
+
+def _kib(n_bytes: int | None) -> str:
+    return f"{n_bytes / 1024:.0f} KiB" if n_bytes else "unknown memory"
+
+
+def _advice(table: dict, st: _State, cur: int) -> tuple[int | None, str, str | None]:
+    """(SET_SLOTS value or None, what it does or what is possible, C line)."""
+    if st.global_chosen:
+        return None, ("the process chose the global hash; a private hash is no longer possible for it "
+                      "(SET_SLOTS returns -EBUSY)"), None
+    best = table["smallest_without_hot_sharing"] if table else None
+    if table and not table["hot"]:
+        return None, "no hot futex: no size stands out; the current size is as good as any", None
+    if table and best is None:
+        return None, (f"no size up to {whatif.SIZES[-1]} keeps every hot futex in a bucket of its own "
+                      "(two hot futexes hash alike): more buckets are not the fix"), None
+    if not table:
+        return None, ("the recording has no per-futex list (made by an older futextrace, or no private "
+                      "futex was looked up): no what-if table, no size to suggest"), None
+    row = next(r for r in table["rows"] if r["buckets"] == best)
+    cost = f"{best} buckets cost {_kib(row['memory_bytes'])}"
+    if cur and best <= cur and st.custom:
+        return None, f"keep the custom {cur} buckets: {best} already keep every hot futex apart", None
+    if cur and best <= cur:
+        return cur, (f"{cur} buckets already keep every hot futex apart ({best} would); setting {cur} with "
+                     "prctl would only stop further automatic resizes"), \
+            f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {cur}, 0);"
+    return best, (f"the smallest size where no hot futex shares a bucket; {cost}"
+                  + ("" if not cur else f" (now {cur})") + "; a custom size also stops automatic resizes"), \
+        f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {best}, 0);"
+
+
+def recommend(pid: int, rec: dict, st: _State) -> dict | None:
+    """A SET_SLOTS value from the what-if table (analysis/whatif.py): the smallest
+    size where no hot futex shares a bucket, with its memory cost."""
+    h = _hash_stats(pid, rec)
+    table = _whatif(pid, rec)
+    if (not h or not h.get("distinct_futexes")) and not table:
+        return None
+    h = h or {}
+    d = h.get("distinct_futexes", 0)
+    cur = h.get("buckets", 0) if h.get("kind") == "private" else 0   # 0: on the global hash
     rc = rec.get("refcount", {})
     gets = (rc.get("get_percpu") or 0) + (rc.get("get_atomic") or 0)
     atomic_share = (rc.get("get_atomic") or 0) / gets if gets else 0.0
@@ -280,59 +398,56 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
                 + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
                 + f", {atomic_share:.1%} of refcount gets atomic"
                 + (" (inferred)" if str(rc.get("source", "")).startswith("inferred") else ""))
-    exp_now = expected_collisions(d, cur) if cur else None
-    exp_new = expected_collisions(d, slots)
-    if st.global_chosen:
-        effect = "none possible: the process chose the global hash, SET_SLOTS now returns -EBUSY"
-        line = None
-    elif cur and slots <= cur and st.custom:
-        effect = f"keep the custom {cur} buckets: already ≥ 4 per distinct futex"
-        slots, line = cur, None
-    elif cur and slots <= cur:
-        effect = (f"{cur} buckets are already ≥ 4 per distinct futex; setting {cur} with prctl would only "
-                  "stop further automatic resizes (each costs a switch to atomic refcounts)")
-        slots, line = cur, f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {cur}, 0);"
-    else:
-        effect = (f"about {exp_new:.1f} futexes expected to share a bucket instead of "
-                  f"{exp_now:.1f}" if exp_now is not None else
-                  f"a private hash: about {exp_new:.1f} futexes expected to share a bucket, and no "
-                  "sharing of buckets with other processes in the global hash")
-        effect += "; a custom size also stops automatic resizes"
-        line = f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {slots}, 0);"
+    slots, effect, line = _advice(table, st, cur)
     return {"slots": slots, "distinct_futexes": d, "current_buckets": cur,
             "collisions": h.get("collisions"), "max_over_mean": imb, "atomic_share": atomic_share,
-            "expected_collisions_now": exp_now, "expected_collisions": exp_new,
-            "measured": measured, "effect": effect, "c_line": line}
+            "expected_collisions_now": expected_collisions(d, cur) if cur else None,
+            "measured": measured, "effect": effect, "c_line": line, "whatif": table}
 
 
 def explain(rec: dict) -> dict:
-    """One explanation per process that had a hash event or a thread created."""
+    """One explanation per process that had a hash event or a thread created,
+    and per traced target (an idle one included)."""
+    at_attach = rec.get("hash_at_attach") or {}
     pids = ({r["pid"] for r in rec.get("resizes", [])}
             | {t["pid"] for t in rec.get("threads", []) if t["event"] == "new"}
-            | {s["pid"] for s in rec.get("hash_states", [])})
+            | {s["pid"] for s in rec.get("hash_states", [])} | set(at_attach.get("targets", [])))
     main = (rec.get("command") or {}).get("pid")
     order = sorted(pids, key=lambda p: (p != main, p))
     kern = rec.get("kernel", {})
     return {"clone_rule": kern.get("clone_rule"), "online_cpus": len(kern.get("online_cpus", [])),
             "global_size": kern.get("global_hash", {}).get("buckets_per_node"),
+            "hash_at_attach": {k: at_attach.get(k) for k in ("source", "note")},
             "processes": [explain_process(p, rec) for p in order]}
 
 
-def render(expl: dict) -> str:
+def _recommendation_lines(r: dict) -> list[str]:
+    out = []
+    if r.get("whatif"):
+        out += ["  " + line for line in whatif.render(r["whatif"])]
+    out.append(f"  recommendation: {r['measured']}")
+    out.append(f"    SET_SLOTS {r['slots']}: {r['effect']}" if r["slots"] else f"    {r['effect']}")
+    if r["c_line"]:
+        out.append(f"    {r['c_line']}")
+    return out
+
+
+def render(expl: dict, verbose: bool = False) -> str:
+    """The explanation as text: runs of same-outcome events grouped, unless verbose."""
     rule = expl["clone_rule"]
     out = [f"kernel: {expl['online_cpus']} online CPUs, global hash {expl['global_size']} buckets per node, "
-           f"clone rule {rule or 'unknown'}" + (f" ({RULES[rule]})" if rule in RULES else "")]
+           f"clone rule {rule or 'unknown'}"
+           + (f" (learned live by watching a real clone: {RULES[rule]})" if rule in RULES else "")]
+    attach = expl.get("hash_at_attach") or {}
+    if attach.get("source") and attach["source"] != "iterator":
+        out.append(f"hash at attach: {attach['note']}")
     if not expl["processes"]:
         out.append("no futex hash activity was seen")
     for p in expl["processes"]:
         out.append("")
         out.append(f"PID {p['pid']} {p['comm']}: now {p['final']['text']}")
-        for s in p["steps"]:
-            out.append(f"  - {s['text']}")
-        r = p["recommendation"]
-        if r:
-            out.append(f"  recommendation: {r['measured']}")
-            out.append(f"    suggested SET_SLOTS {r['slots']}: {r['effect']}")
-            if r["c_line"]:
-                out.append(f"    {r['c_line']}")
+        lines = p["steps"] if verbose else p.get("lines") or p["steps"]
+        out += [f"  - {s['text']}" for s in lines]
+        if p["recommendation"]:
+            out += _recommendation_lines(p["recommendation"])
     return "\n".join(out)

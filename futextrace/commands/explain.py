@@ -20,16 +20,20 @@ Examples:
 @click.option("-d", "--duration", type=float, help="stop after this many seconds")
 @json_option("the explanation and the recording")
 @click.option("-q", "--quiet", is_flag=True, help="no text (with --json)")
+@click.option("-v", "--verbose", is_flag=True,
+              help="one line per event (default: runs of events with the same outcome as one line)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(pid, duration, json_path, quiet, command):
+def command(pid, duration, json_path, quiet, verbose, command):
     """Explain every bucket count a process's futex hash had: the kernel's
     sizing formula with the real inputs, why a clone did not resize, prctl
     results, how long each resize waited for its pivot; then a suggested
     PR_FUTEX_HASH_SET_SLOTS value from what was measured.
 
     With -- COMMAND, runs the command until it exits; with -p, watches a
-    running process (a resize that happened before is shown as its first
-    sighting only)."""
+    running process, starting from its hash as the kernel holds it at
+    attach (read by a BPF task iterator) and what that implies about the
+    history before. A what-if table shows how the recorded futexes would
+    spread over each size 16 ... 131072."""
     from futextrace.analysis.explain import explain, render
     from futextrace.record.recorder import RecordOptions, record_command, record_pids
     if bool(pid) == bool(command):
@@ -44,7 +48,7 @@ def command(pid, duration, json_path, quiet, command):
     if pid:   # only the asked-for process, not the children it forked
         expl["processes"] = [p for p in expl["processes"] if p["pid"] == pid]
     if text_wanted(json_path, quiet):
-        click.echo(render(expl))
+        click.echo(render(expl, verbose))
     if json_out:
         json_out.write_json({"explanation": expl, "recording": rec})
     if rec.get("error"):

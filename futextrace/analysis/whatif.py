@@ -1,0 +1,79 @@
+"""What-if sizing: how the kernel would spread a process's private futexes over
+each candidate private-hash size.
+
+For a private futex the private hash's bucket is
+jhash2(page address as two u32 words, initval = offset in the page) & hash_mask
+(kernel/futex/core.c __futex_hash_private): no per-process seed, no mm pointer,
+nothing that changes between runs. So the bucket of every recorded address in
+a hash of any size is known exactly; what the table cannot know is the futexes
+the recording does not list (see `partial`), and where the lookups of a futex
+would go if the program's futex addresses themselves changed (another run, ASLR).
+Only private keys are placed (shared futexes always use the global hash).
+"""
+from __future__ import annotations
+
+from futextrace.kernel.jhash import PAGE_SIZE, _u64_words, jhash2
+
+SIZES = [1 << s for s in range(4, 18)]      # 16 ... 131072, the sizes SET_SLOTS takes that matter
+HOT_SHARE = 0.01          # a hot futex: at least 1% of the process's listed private lookups
+MAX_LISTED = 10000        # futexes kept per process in the recording (busiest first)
+
+
+def futex_list(futexes: list[dict]) -> dict:
+    """A process's private-key futexes for the recording, busiest first and bounded."""
+    private = sorted((f for f in futexes if f["kind"] in ("private", "global")),
+                     key=lambda f: -f["lookups"])
+    kept, rest = private[:MAX_LISTED], private[MAX_LISTED:]
+    return {"listed": [{"uaddr": hex(f["uaddr"]), "lookups": f["lookups"]} for f in kept],
+            "not_listed": len(rest), "not_listed_lookups": sum(f["lookups"] for f in rest)}
+
+
+def full_hash(uaddr: int) -> int:
+    """The 32-bit hash before the mask: the bucket for size S is full_hash & (S - 1)."""
+    offset = uaddr % PAGE_SIZE
+    return jhash2(_u64_words(uaddr - offset), offset)
+
+
+def _row(size: int, hashed: list[tuple[int, int]], hot: set[int], bucket_bytes: int | None) -> dict:
+    buckets: dict[int, list[int]] = {}
+    for i, (h, _) in enumerate(hashed):
+        buckets.setdefault(h & (size - 1), []).append(i)
+    total = sum(n for _, n in hashed) or 1
+    busiest = max(sum(hashed[i][1] for i in members) for members in buckets.values())
+    hot_sharing = sum(1 for members in buckets.values() if len(members) > 1 for i in members if i in hot)
+    return {"buckets": size, "buckets_used": len(buckets), "futexes_sharing": len(hashed) - len(buckets),
+            "busiest_share": round(busiest / total, 4), "hot_sharing": hot_sharing,
+            "memory_bytes": size * bucket_bytes if bucket_bytes else None}
+
+
+def table(listing: dict, bucket_bytes: int | None, partial_note: str | None = None) -> dict | None:
+    """The what-if table for one process's futex listing (futex_list's output)."""
+    listed = listing.get("listed") or []
+    if not listed:
+        return None
+    hashed = [(full_hash(int(f["uaddr"], 16)), f["lookups"]) for f in listed]
+    total = sum(n for _, n in hashed)
+    hot = {i for i, (_, n) in enumerate(hashed) if n >= HOT_SHARE * total}
+    rows = [_row(size, hashed, hot, bucket_bytes) for size in SIZES]
+    smallest = next((r["buckets"] for r in rows if hot and not r["hot_sharing"]), None)
+    notes = []
+    if listing.get("not_listed"):
+        notes.append(f"top {len(listed)} futexes by lookups; {listing['not_listed']} futexes with "
+                     f"{listing['not_listed_lookups']} lookups not in the list")
+    if partial_note:
+        notes.append(partial_note)
+    return {"futexes": len(listed), "lookups": total, "hot": len(hot),
+            "hot_rule": f"a hot futex has at least {HOT_SHARE:.0%} of the listed lookups",
+            "bucket_bytes": bucket_bytes, "rows": rows, "smallest_without_hot_sharing": smallest,
+            "partial": bool(notes), "notes": notes}
+
+
+def render(t: dict) -> list[str]:
+    out = [f"what-if sizing ({t['futexes']} futexes, {t['hot']} hot; {t['hot_rule']}):",
+           f"    {'buckets':>8} {'used':>7} {'sharing':>8} {'busiest':>8} {'hot sharing':>11} {'memory':>10}"]
+    for r in t["rows"]:
+        mem = f"{r['memory_bytes'] / 1024:.0f} KiB" if r["memory_bytes"] else "?"
+        out.append(f"    {r['buckets']:>8} {r['buckets_used']:>7} {r['futexes_sharing']:>8} "
+                   f"{r['busiest_share']:>8.1%} {r['hot_sharing']:>11} {mem:>10}")
+    out += [f"    note: {n}" for n in t["notes"]]
+    return out
