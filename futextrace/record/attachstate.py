@@ -22,24 +22,38 @@ def _row(record: dict) -> dict:
     return {k: row[k] for k in FIELDS}
 
 
-def read(model, pids: list[int]) -> dict:
-    """The state of `pids` (every process with a hash when empty), now."""
-    it, why = open_iterator(model)
-    if it is None:
-        return {"source": "unavailable", "complete": False, "processes": {},
-                "targets": list(pids), "note": f"not read: {why}; each process starts from its first sighting"}
-    try:
-        with it:
-            records = it.read()
-    except FutextraceError as e:
-        return {"source": "unavailable", "complete": False, "processes": {},
-                "targets": list(pids), "note": f"not read: {e}; each process starts from its first sighting"}
-    if pids:
-        chosen = [records[p] for p in pids if p in records]
-    else:   # system-wide: a process not listed had no hash and had not chosen the global one
-        chosen = [r for r in records.values() if listed(row_from_record(r))]
-    return {"source": "iterator", "complete": True, "note": "read by a BPF task iterator at attach",
-            "targets": list(pids), "processes": {str(r["tgid"]): _row(r) for r in chosen}}
+def _unavailable(why, pids: list[int]) -> dict:
+    return {"source": "unavailable", "complete": False, "processes": {}, "targets": list(pids),
+            "note": f"not read: {why}; each process starts from its first sighting"}
+
+
+class AttachState:
+    """Loaded before the programs attach (compiling and loading take up to a
+    second), read right after they do: the read itself takes milliseconds, so
+    few events can fall between the attach and the state they start from."""
+
+    def __init__(self, model):
+        self.it, self.why = open_iterator(model)
+
+    def read(self, pids: list[int]) -> dict:
+        """The state of `pids` (every process with a hash when empty), now."""
+        if self.it is None:
+            return _unavailable(self.why, pids)
+        try:
+            with self.it:
+                records = self.it.read()
+        except FutextraceError as e:
+            return _unavailable(e, pids)
+        if pids:
+            chosen = [records[p] for p in pids if p in records]
+        else:   # system-wide: a process not listed had no hash and had not chosen the global one
+            chosen = [r for r in records.values() if listed(row_from_record(r))]
+        return {"source": "iterator", "complete": True, "note": "read by a BPF task iterator at attach",
+                "targets": list(pids), "processes": {str(r["tgid"]): _row(r) for r in chosen}}
+
+    def close(self) -> None:
+        if self.it is not None:
+            self.it.close()
 
 
 def mark_launched(state: dict, pid: int, comm: str) -> None:

@@ -86,6 +86,19 @@ class Recorder:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self):
+        state = attachstate.AttachState(self.model)   # loaded now, read once attached
+        try:
+            self._attach()
+        except BaseException:
+            state.close()
+            raise
+        self.t0_ns = time.monotonic_ns()
+        self.attach_state = state.read(self.opts.pids)
+        self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        if self.opts.announce:
+            print("Tracing futex hash lookups... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
+
+    def _attach(self):
         try:
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
                                    exact_prctl=self.opts.exact_prctl)
@@ -99,11 +112,6 @@ class Recorder:
         self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.timings.update(self.program.timings)
         self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
-        self.t0_ns = time.monotonic_ns()
-        self.attach_state = attachstate.read(self.model, self.opts.pids)   # after attach: no gap
-        self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        if self.opts.announce:
-            print("Tracing futex hash lookups... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
 
     def stop(self, *_):
         self._stop = True
