@@ -77,9 +77,10 @@ class _Proc:
         self.buckets, self.custom = state["buckets"] or 0, state["mode"] == "custom"
 
     def adopt(self, ev: dict) -> None:
-        """The first event showing the hash read at attach gives its address.
-        (A pivot between the read and this event is shown by hash_states.)"""
-        if self.hash == AT_ATTACH and ev["hash"]:
+        """The first event showing the hash read at attach gives its address. One
+        of another size or kind is a new hash: it stays a change for the handlers."""
+        if (self.hash == AT_ATTACH and ev["hash"] and _now_buckets(ev) == self.buckets
+                and bool(ev["custom"]) == self.custom):
             self.hash = ev["hash"]
 
 
