@@ -85,6 +85,28 @@ def plot_heatmap(rec: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+LABEL_PT = 8    # font size of the trigger labels
+
+
+def _place_labels(ax, labels: list[tuple]) -> None:
+    """Trigger labels next to their markers, each moved up until it overlaps no
+    label placed before (a prctl and the clone right after it share a point)."""
+    ax.figure.canvas.draw()     # final limits and scales: data → pixels is exact
+    renderer = ax.figure.canvas.get_renderer()
+    placed = []
+    for t, buckets, text, colour in sorted(labels, key=lambda lab: (lab[0], lab[1])):
+        dy = 6
+        while True:
+            a = ax.annotate(text, (t, buckets), textcoords="offset points", xytext=(4, dy),
+                            fontsize=LABEL_PT, color=colour)
+            box = a.get_window_extent(renderer)
+            if not any(box.overlaps(b) for b in placed):
+                placed.append(box)
+                break
+            a.remove()
+            dy += LABEL_PT + 2
+
+
 def plot_resizes(rec: dict, path: Path) -> Path:
     """Buckets over time per process: a step line through the pivots (when a new hash
     took over), open circles where a resize was requested, red crosses where refused."""
@@ -97,6 +119,7 @@ def plot_resizes(rec: dict, path: Path) -> Path:
     end = rec["duration_s"]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     labelled = set()
+    labels = []   # (t, buckets, text, colour): placed once the axes' scales are known
 
     def once(name):  # one legend entry per marker kind
         if name in labelled:
@@ -125,16 +148,17 @@ def plot_resizes(rec: dict, path: Path) -> Path:
             else:
                 ax.plot(r["t"], asked, "x", color="tab:red", ms=9, mew=2,
                         label=once("request refused"))
-            ax.annotate(r["trigger"], (r["t"], asked), textcoords="offset points", xytext=(4, 6),
-                        fontsize=8, color=c)
+            labels.append((r["t"], asked, r["trigger"], c))
     if not by_pid:
         ax.text(0.5, 0.5, "no resizes in this recording", ha="center", va="center",
                 transform=ax.transAxes)
     else:
         ax.set_yscale("symlog", base=2, linthresh=1)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.legend(fontsize=9, loc="best")
     ax.set_xlim(0, max(end, 1e-6) * 1.02)
+    if by_pid:
+        _place_labels(ax, labels)
+        ax.legend(fontsize=9, loc="best")
     ax.set_xlabel("time since recording started (s)")
     ax.set_ylabel("private hash buckets (0 = global hash)")
     ax.set_title("Futex private hash resizes", fontweight="bold")
