@@ -11,48 +11,17 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from holders import start  # noqa: E402
 
 pytestmark = pytest.mark.root
 FT = [sys.executable, "-m", "futextrace.cli"]
 # Under QEMU/TCG (tests/vm) one command takes minutes (kernel model, BCC compile).
 CLI_TIMEOUT_S = 600
-
-# The process under test: sets itself up as `mode` says, prints what the
-# kernel tells it (one JSON line), then idles without futex calls (sleeping
-# threads, a main thread in select) until killed, its stdin closes, or
-# `exit_after` s pass; then it exits with `code`.
-HOLDER = r"""
-import ctypes, json, os, select, sys, threading, time
-libc = ctypes.CDLL(None, use_errno=True)
-def prctl(op, arg=0):
-    r = libc.prctl(78, op, ctypes.c_ulong(arg), 0, 0)
-    return r if r >= 0 else -ctypes.get_errno()
-def spawn(n):
-    for _ in range(n):
-        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
-mode, n, exit_after, code = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-set_ret = None
-if mode == "custom":            # custom N, then more threads
-    set_ret = prctl(1, n); spawn(2); spawn(3)
-elif mode == "auto":            # an automatic hash, grown by threads
-    spawn(n)
-elif mode == "global":          # the global hash, chosen with prctl
-    set_ret = prctl(1, 0); spawn(2)
-time.sleep(0.2)                 # let threads start before counting them
-print(json.dumps({"slots": prctl(2), "set": set_ret, "threads": len(os.listdir("/proc/self/task"))}),
-      flush=True)
-select.select([sys.stdin], [], [], exit_after if exit_after > 0 else None)
-sys.exit(code)
-"""
-
-
-def start(mode: str, n: int = 0, exit_after: float = 0, code: int = 0):
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, mode, str(n), str(exit_after), str(code)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    p.own = json.loads(p.stdout.readline())
-    return p
 
 
 @pytest.fixture(scope="module")

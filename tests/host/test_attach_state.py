@@ -1,0 +1,130 @@
+"""`record -p` and `explain -p` start from each process's hash at attach
+(issue 12), against the real kernel.
+
+Every process is started BEFORE the tracer, one per case (tests/host/holders.py),
+and reports its own PR_FUTEX_HASH_GET_SLOTS and thread count. The what-if table
+is checked against the tests' own jhash2 (fidelity_ref.py) over the addresses
+the process itself says it used. Nothing expected comes from futextrace's formulas.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fidelity_ref  # noqa: E402
+from holders import ask, start  # noqa: E402
+
+pytestmark = pytest.mark.root
+FT = [sys.executable, "-m", "futextrace.cli"]
+CLI_TIMEOUT_S = 600      # under QEMU/TCG (tests/vm) one command takes minutes
+
+
+@pytest.fixture(scope="module")
+def procs():
+    ps = {"custom": start("custom", 64), "auto": start("auto", 6), "global": start("global"),
+          "idle": start("idle")}
+    yield ps
+    for p in ps.values():
+        p.kill()
+        p.wait()
+
+
+def traced(cmd: str, p, *args, during=None) -> tuple[dict, str]:
+    """Run `futextrace CMD -p PID` with --json to a file; `during(p)` once attached."""
+    out = Path(f"/tmp/futextrace-attach-{p.pid}-{cmd}.json")
+    t = subprocess.Popen([*FT, cmd, "-p", str(p.pid), "--json", str(out), *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if during:
+            for line in iter(t.stderr.readline, ""):
+                if line.startswith("Tracing"):   # attached, the attach state read
+                    break
+            during(p)
+        text, err = t.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        t.kill()
+    assert t.returncode == 0, err
+    data = json.loads(out.read_text())
+    out.unlink()
+    return data, text
+
+
+def state_of(rec: dict, p) -> dict:
+    att = rec["hash_at_attach"]
+    assert att["source"] == "iterator", att["note"]
+    return att["processes"][str(p.pid)]
+
+
+def test_record_stores_the_state_at_attach(procs):
+    for mode, p in procs.items():
+        rec, _ = traced("record", p, "-d", "1", "-q")
+        st, own = state_of(rec, p), p.own
+        assert st["threads"] == own["threads"], mode
+        if mode in ("custom", "auto"):
+            assert (st["kind"], st["buckets"], st["mode"]) == ("private", own["slots"], mode)
+        elif mode == "global":
+            assert own["set"] == 0 and (st["kind"], st["mode"]) == ("global", "custom")
+        else:
+            assert own["slots"] == 0 and st["kind"] == "none"
+
+
+def test_custom_hash_then_more_threads_is_not_a_new_allocation(procs):
+    p, grown = procs["custom"], {}
+    expl, text = traced("explain", p, "-d", "3", during=lambda p: grown.update(ask(p, "more 3")))
+    slots = p.own["slots"]
+    assert grown["slots"] == slots and grown["threads"] == p.own["threads"] + 3   # the process's own view
+    rec = expl["recording"]
+    assert [r for r in rec["resizes"] if r["pid"] == p.pid] == []
+    news = [t for t in rec["threads"] if t["pid"] == p.pid and t["event"] == "new"]
+    assert len(news) == 3
+    assert f"now {slots} buckets (custom)" in text
+    assert f"set with prctl(SET_SLOTS, {slots}) before the recording began" in text
+    assert "custom hash: no automatic resize" in text
+    assert "0 → " not in text and "to stop further automatic resizes" not in text
+    # Grouped: the 3 threads are one line in the text, three events in --json.
+    proc = expl["explanation"]["processes"][0]
+    assert sum(s["kind"] == "no_resize" for s in proc["steps"]) == 3
+    assert "3 × thread created" in text
+
+
+def test_explain_tells_each_history_from_before(procs):
+    texts = {m: traced("explain", procs[m], "-d", "1")[1] for m in ("auto", "global", "idle")}
+    auto = procs["auto"].own
+    assert f"now {auto['slots']} buckets (automatic)" in texts["auto"]
+    assert "automatic, sized before the recording began" in texts["auto"]
+    assert "now global (chosen with prctl, for good)" in texts["global"]
+    assert "global for good" in texts["global"]
+    assert "no private hash at attach (1 thread)" in texts["idle"]
+    assert procs["idle"].own == {"slots": 0, "set": None, "threads": 1}
+
+
+def test_whatif_table_against_an_independent_jhash2():
+    p = start("custom", 16)
+    try:
+        woken = {}
+        expl, text = traced("explain", p, "-d", "3", during=lambda p: woken.update(ask(p, "wake 7")["woken"]))
+    finally:
+        p.kill()
+        p.wait()
+    proc = next(x for x in expl["recording"]["processes"] if x["pid"] == p.pid)
+    listed = {f["uaddr"]: f["lookups"] for f in proc["futex_list"]["listed"]}
+    for addr, calls in woken.items():      # every word the process woke, with at least its calls
+        assert listed.get(addr, 0) >= calls, addr
+    table = expl["explanation"]["processes"][0]["recommendation"]["whatif"]
+    total = sum(listed.values())
+    hot = [a for a, n in listed.items() if n >= 0.01 * total]
+    for row in table["rows"]:
+        size = row["buckets"]
+        bucket = {a: fidelity_ref.private_bucket(int(a, 16), size - 1) for a in listed}
+        used = set(bucket.values())
+        per_bucket = {b: sum(n for a, n in listed.items() if bucket[a] == b) for b in used}
+        members = {b: sum(1 for a in listed if bucket[a] == b) for b in used}
+        assert row["buckets_used"] == len(used) and row["futexes_sharing"] == len(listed) - len(used), size
+        assert row["busiest_share"] == round(max(per_bucket.values()) / total, 4), size
+        assert row["hot_sharing"] == sum(1 for a in hot if members[bucket[a]] > 1), size
+    assert "what-if sizing" in text
