@@ -44,6 +44,33 @@ def _hash_section(h: dict) -> list[str]:
     return lines
 
 
+ATTACH_ROWS = 20   # system-wide, many processes have a hash: the busiest threads first
+
+
+def _attach_section(att: dict | None) -> list[str]:
+    """Each traced process's hash when tracing began (hash_at_attach)."""
+    if not att:
+        return []
+    if att.get("source") != "iterator" and not att.get("processes"):
+        return ["", f"Hash at attach: {att.get('note')}"]
+    rows = sorted(att["processes"].values(), key=lambda r: (-(r.get("threads") or 0), r["pid"]))
+    out = ["", f"Hash at attach ({att.get('note')}):"]
+    for r in rows[:ATTACH_ROWS]:
+        if r.get("launched"):
+            what = "launched: no hash yet (fresh after exec)"
+        elif r["kind"] == "none":
+            what = "no private hash"
+        elif r["kind"] == "global":
+            what = "global, chosen with prctl (for good)"
+        else:
+            what = f"{r['buckets']} buckets, {'custom' if r['mode'] == 'custom' else 'automatic'}"
+        pend = f"; {r['pending']['buckets']} pending" if r.get("pending") else ""
+        out.append(f"  PID {r['pid']} ({r['comm']}), {r['threads']} threads: {what}{pend}")
+    if len(rows) > ATTACH_ROWS:
+        out.append(f"  ... and {len(rows) - ATTACH_ROWS} more (see --json)")
+    return out
+
+
 def render_text(rec: dict) -> str:
     t = rec["totals"]
     m = rec["method"]
@@ -89,6 +116,7 @@ def render_text(rec: dict) -> str:
     out += ["", f"Refcount ({rc['source']}):",
             f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
             f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic"]
+    out += _attach_section(rec.get("hash_at_attach"))
     out += ["", "Resizes:"]
     if not rec["resizes"]:
         out.append("  none seen")

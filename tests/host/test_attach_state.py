@@ -128,3 +128,29 @@ def test_whatif_table_against_an_independent_jhash2():
         assert row["busiest_share"] == round(max(per_bucket.values()) / total, 4), size
         assert row["hot_sharing"] == sum(1 for a in hot if members[bucket[a]] > 1), size
     assert "what-if sizing" in text
+
+
+SET_THEN_THREAD = r"""
+import ctypes, threading
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.prctl(78, 1, ctypes.c_ulong(128), 0, 0), libc.prctl(78, 2, 0, 0, 0), flush=True)
+t = threading.Thread(target=print, args=("thread",)); t.start(); t.join()
+"""
+
+
+def test_launched_set_slots_then_clone_is_told_once():
+    """Inferred prctl results (record's default): one allocation, by the prctl."""
+    out = Path("/tmp/futextrace-attach-launched.json")
+    p = subprocess.run([*FT, "record", "-q", "--json", str(out), "--", sys.executable, "-c", SET_THEN_THREAD],
+                       capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(out.read_text())
+    out.unlink()
+    set_ret, slots = map(int, rec["command"]["stdout_tail"].split()[:2])   # the process's own view
+    assert set_ret == 0
+    pid = rec["command"]["pid"]
+    assert rec["hash_at_attach"]["processes"][str(pid)]["launched"]
+    if rec["method"]["prctl_results"] != "inferred":
+        pytest.skip("this run hooked prctl's exit (kprobe method): not the inferred case")
+    rs = [(r["trigger"], r["result"], r["new_buckets"]) for r in rec["resizes"] if r["pid"] == pid]
+    assert rs == [("prctl", 0, slots)]
