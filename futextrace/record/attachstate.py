@@ -48,7 +48,9 @@ class AttachState:
             chosen = [records[p] for p in pids if p in records]
         else:   # system-wide: a process not listed had no hash and had not chosen the global one
             chosen = [r for r in records.values() if listed(row_from_record(r))]
-        return {"source": "iterator", "complete": True, "note": "read by a BPF task iterator at attach",
+        # Complete: a process not listed had no hash. Not so if a -p target was not visited.
+        complete = all(p in records for p in pids)
+        return {"source": "iterator", "complete": complete, "note": "read by a BPF task iterator at attach",
                 "targets": list(pids), "processes": {str(r["tgid"]): _row(r) for r in chosen}}
 
     def close(self) -> None:
