@@ -154,3 +154,18 @@ def test_launched_set_slots_then_clone_is_told_once():
         pytest.skip("this run hooked prctl's exit (kprobe method): not the inferred case")
     rs = [(r["trigger"], r["result"], r["new_buckets"]) for r in rec["resizes"] if r["pid"] == pid]
     assert rs == [("prctl", 0, slots)]
+
+
+def test_falls_back_and_says_so_where_iterators_are_refused(procs):
+    from futextrace.analysis import explain as E
+    from futextrace.kernel import model as kmodel
+    from futextrace.record.recorder import RecordOptions, record_pids
+    model = kmodel.load()
+    model.iter_btf_ids = {}       # as on a kernel whose BTF has no bpf_iter_task
+    p = procs["custom"]
+    rec = record_pids(RecordOptions(pids=[p.pid], duration=0.5, announce=False), model=model)
+    att = rec["hash_at_attach"]
+    assert (att["source"], att["processes"], att["complete"]) == ("unavailable", {}, False)
+    assert "no bpf_iter_task" in att["note"]
+    text = E.render(E.explain(rec))
+    assert "hash at attach: not read: " in text and f"PID {p.pid}" in text
