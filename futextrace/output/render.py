@@ -71,6 +71,28 @@ def _attach_section(att: dict | None) -> list[str]:
     return out
 
 
+def _resize_section(resizes: list[dict]) -> list[str]:
+    """The resize list: request, inputs, result, old -> new, pending time."""
+    out = ["", "Resizes:"]
+    if not resizes:
+        out.append("  none seen")
+    for r in resizes:
+        res = "ok" if r["result"] == 0 else errno_name(r["result"])
+        if r.get("result_inferred"):
+            res += " (inferred)" if r["result"] is not None else " (caller not seen again)"
+        if r["trigger"] == "clone":
+            why = (f"clone with {r['threads']} threads, {r['online_cpus']} online CPUs -> formula "
+                   f"{r['requested']}")
+        else:
+            why = f"prctl(PR_FUTEX_HASH_SET_SLOTS, {r['requested']})"
+        seen = "seen in use" if r.get("result_inferred") else "took over"
+        pend = "pending" if r["pivot_t"] is None and r["result"] == 0 else (
+            f"{seen} after {r['pending_s'] * 1000:.3f} ms" if r["pending_s"] is not None else "")
+        out.append(f"  +{r['t']:.3f}s PID {r['pid']} {why}: {res}, "
+                   f"{r['old_buckets'] or 'global/none'} -> {r['new_buckets'] or 'global'} buckets {pend}".rstrip())
+    return out
+
+
 def render_text(rec: dict) -> str:
     t = rec["totals"]
     m = rec["method"]
@@ -117,21 +139,5 @@ def render_text(rec: dict) -> str:
             f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
             f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic"]
     out += _attach_section(rec.get("hash_at_attach"))
-    out += ["", "Resizes:"]
-    if not rec["resizes"]:
-        out.append("  none seen")
-    for r in rec["resizes"]:
-        res = "ok" if r["result"] == 0 else errno_name(r["result"])
-        if r.get("result_inferred"):
-            res += " (inferred)" if r["result"] is not None else " (caller not seen again)"
-        if r["trigger"] == "clone":
-            why = (f"clone with {r['threads']} threads, {r['online_cpus']} online CPUs -> formula "
-                   f"{r['requested']}")
-        else:
-            why = f"prctl(PR_FUTEX_HASH_SET_SLOTS, {r['requested']})"
-        seen = "seen in use" if r.get("result_inferred") else "took over"
-        pend = "pending" if r["pivot_t"] is None and r["result"] == 0 else (
-            f"{seen} after {r['pending_s'] * 1000:.3f} ms" if r["pending_s"] is not None else "")
-        out.append(f"  +{r['t']:.3f}s PID {r['pid']} {why}: {res}, "
-                   f"{r['old_buckets'] or 'global/none'} -> {r['new_buckets'] or 'global'} buckets {pend}".rstrip())
+    out += _resize_section(rec["resizes"])
     return "\n".join(out)
