@@ -250,6 +250,16 @@ def _first_seen(r: dict, st: _State) -> dict:
                     + (" (sized before tracing began: its inputs were not seen)" if r["buckets"] else "")}
 
 
+def _pending_took_over(r: dict, st: _State) -> dict:
+    """The replacement waiting at attach is seen in use."""
+    step = {"t": r["t"], "kind": "pivot", "tid": None, "reason": "pending_took_over",
+            "buckets_before": st.buckets, "buckets_after": r["buckets"], "formula": None,
+            "text": f"the replacement waiting at attach took over by +{r['t']:.3f} s: "
+                    f"{st.buckets} → {r['buckets']} buckets (first seen in use then)"}
+    st.buckets, st.pending = r["buckets"], None
+    return step
+
+
 def _at_attach(state: dict, st: _State, k: dict) -> dict:
     st.start_from(state)
     return {"t": 0.0, "kind": "at_attach", "tid": None, "reason": "at_attach", "buckets_before": None,
@@ -269,6 +279,8 @@ def explain_process(pid: int, rec: dict) -> dict:
             # Only the first sight matters: later changes are pivots of resizes above.
             if st.buckets is None:
                 steps.append(_first_seen(r, st))
+            elif st.pending and r["buckets"] == st.pending:
+                steps.append(_pending_took_over(r, st))
             continue
         if what == "resize" and r["trigger"] == "prctl":
             step = _prctl(r, st)

@@ -103,3 +103,13 @@ def test_global_by_prctl_recommends_what_is_possible():
     text = E.render(E.explain(rec))
     assert "a private hash is no longer possible for it" in text
     assert "SET_SLOTS 16" not in text and "none possible" not in text
+
+
+def test_pending_replacement_seen_taking_over():
+    at = attach("private", 16, "auto", threads=9, pending={"buckets": 32, "custom": False})
+    rec = recording([ev("FTE_HASH_SEEN", 0.5, hash=0xB000, hash_mask=31)], at)
+    assert rec["resizes"] == []
+    p = E.explain(rec)["processes"][0]
+    assert [s["kind"] for s in p["steps"]] == ["at_attach", "pivot"]
+    assert "16 → 32 buckets" in p["steps"][1]["text"]
+    assert p["final"]["text"] == "32 buckets (automatic)" and p["final"]["pending_buckets"] is None
