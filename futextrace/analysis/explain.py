@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 
+from futextrace.analysis.atomic import atomic_text, installed_text, process_cost
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 from futextrace.kernel.sizing import auto_buckets, roundup_pow_of_two, threads_before_clone
 
@@ -239,10 +240,23 @@ def explain_process(pid: int, rec: dict) -> dict:
         steps.append(step)
         _apply(st, step)
     comm = next((x["comm"] for x in resizes + states if x.get("comm")), "")
+    cost = process_cost(pid, rec)
     return {"pid": pid, "comm": comm, "steps": steps,
             "final": {"buckets": st.buckets, "custom": st.custom, "global_chosen": st.global_chosen,
                       "private": bool(st.buckets), "text": _desc(st.buckets, st.custom, st.global_chosen)},
-            "recommendation": recommend(pid, rec, st)}
+            "cost": cost, "recommendation": with_avoided_cost(recommend(pid, rec, st), cost, st)}
+
+
+def with_avoided_cost(r: dict | None, cost: dict, st: _State) -> dict | None:
+    """The recommendation, quoting the atomic refcount time automatic resizes cost."""
+    a = cost["atomic"]
+    if r is None or st.custom or not a["total_s"]:
+        return r
+    label = "" if a["source"] == "measured" else " (inferred)"
+    r["avoided_atomic_s"] = a["total_s"]
+    r["effect"] += (f"; setting {r['slots']} at start would have avoided {a['total_s'] * 1000:.2f} ms "
+                    f"of atomic refcounting{label} ({a['lookups']:,} lookups)")
+    return r
 
 
 def _hash_stats(pid: int, rec: dict) -> dict | None:
@@ -329,6 +343,9 @@ def render(expl: dict) -> str:
         out.append(f"PID {p['pid']} {p['comm']}: now {p['final']['text']}")
         for s in p["steps"]:
             out.append(f"  - {s['text']}")
+        out.append(f"  hash: {installed_text(p['cost'])}")
+        if atomic_text(p["cost"]):
+            out.append(f"  {atomic_text(p['cost'])}")
         r = p["recommendation"]
         if r:
             out.append(f"  recommendation: {r['measured']}")

@@ -224,6 +224,7 @@ class Recorder:
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
         rec["attach_s"] = self.attach_s
+        rec["monotonic_start_ns"] = self.t0_ns   # t = 0: lines up a workload's CLOCK_MONOTONIC stamps
         rec["attach_phases_s"] = dict(self.timings)
         rec["kernel"]["model_cached"] = self.model_cached
         return rec
