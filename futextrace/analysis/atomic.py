@@ -44,6 +44,12 @@ def _windows(pid: int, rec: dict) -> list[dict]:
     return sorted(out, key=lambda w: w["t"])
 
 
+def pending_at(pid: int, rec: dict, t: float) -> int | None:
+    """Buckets of the replacement waiting for its pivot at time t, or None."""
+    waiting = [w for w in _windows(pid, rec) if w["t"] <= t < w["end_t"] or (w["open"] and w["t"] <= t)]
+    return waiting[-1]["new_buckets"] if waiting else None
+
+
 def _merged_spans(windows: list[dict]) -> list[tuple[float, float]]:
     """Overlapping windows counted once (a prctl may land while a clone's waits)."""
     spans: list[list[float]] = []

@@ -22,16 +22,23 @@ from futextrace.errors import UsageError
 class RampOptions:
     step_ms: int = 50        # a new thread every step_ms
     interval_ms: int = 50    # one sample every interval_ms
+    resize_at: str | None = None   # "MS:SLOTS": a SET_SLOTS from a thread of its own, mid-run
 
     def validate(self) -> "RampOptions":
         for name in ("step_ms", "interval_ms"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--ramp: {name.replace('_', '-')} must be at least 1 ms")
+        if self.resize_at is not None:
+            ms, _, slots = self.resize_at.partition(":")
+            if not (ms.isdigit() and slots.isdigit()):
+                raise UsageError(f"--resize-at: expected MS:SLOTS (e.g. 300:64), got '{self.resize_at}'")
+            runner.check_buckets(int(slots) or runner.GLOBAL)
         return self
 
 
 def ramp_argv(o: runner.WorkloadOptions, ramp: RampOptions) -> list[str]:
-    return runner.builtin_argv(o) + ["--ramp-ms", str(ramp.step_ms), "--interval-ms", str(ramp.interval_ms)]
+    argv = runner.builtin_argv(o) + ["--ramp-ms", str(ramp.step_ms), "--interval-ms", str(ramp.interval_ms)]
+    return argv + (["--resize-at", ramp.resize_at] if ramp.resize_at else [])
 
 
 def series(raw: dict, start_ns: int | None) -> list[dict]:
@@ -70,8 +77,12 @@ def one_run(o: runner.WorkloadOptions, ramp: RampOptions, record_options: dict |
     for p, share in zip(points, atomic_share(points, cost["atomic"]["windows"], t0)):
         p["atomic_share"] = share
     resizes = [r for r in rec.get("resizes", []) if r["pid"] == result["pid"]]
+    mid = raw.get("resize")
+    if mid and "monotonic_start_ns" in rec:
+        mid = {**mid, "call_t": (mid["call_ns"] - rec["monotonic_start_ns"]) / 1e9,
+               "return_t": (mid["return_ns"] - rec["monotonic_start_ns"]) / 1e9}
     return {"buckets_requested": o.buckets, "result": result, "points": points, "t_start": t0,
-            "resizes": resizes, "cost": cost, "recording": rec}
+            "resizes": resizes, "cost": cost, "mid_run_resize": mid, "recording": rec}
 
 
 def run(o: runner.WorkloadOptions, ramp: RampOptions, record_options: dict | None = None) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from futextrace.bench.ramp import RampOptions, run as run_ramp
 from futextrace.bench import runner as bench
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError
@@ -89,19 +90,22 @@ Examples:
 @click.option("--no-trace", is_flag=True, help="only measure throughput; do not trace")
 @click.option("--ramp", is_flag=True, help="start the threads one by one, sample throughput, and run "
               "twice: automatic hash, then its final size (or -b N) set at start")
-@click.option("--ramp-ms", type=int, default=50, show_default=True, help="--ramp: a new thread every MS")
-@click.option("--interval-ms", type=int, default=50, show_default=True, help="--ramp: a sample every MS")
-@click.option("--plot", "plot_file", metavar="FILE", help="--ramp: write the picture (.png or .svg)")
+@click.option("--ramp-ms", type=int, default=50, show_default=True, help="with --ramp: a new thread every MS")
+@click.option("--interval-ms", type=int, default=50, show_default=True, help="with --ramp: a sample every MS")
+@click.option("--resize-at", metavar="MS:SLOTS", help="with --ramp: also SET_SLOTS SLOTS at MS, mid-run, "
+              "from a thread of the workload's own")
+@click.option("--plot", "plot_file", metavar="FILE", help="with --ramp: write the picture (.png or .svg)")
 def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_path, no_trace,
-            ramp, ramp_ms, interval_ms, plot_file):
+            ramp, ramp_ms, interval_ms, resize_at, plot_file):
     """Run the futex-hash workload (like `perf bench futex hash`) and print its
     throughput beside what the tracer recorded."""
     if ramp:
         return ramp_command(bench.WorkloadOptions(threads=threads, futexes=futexes, runtime=runtime,
                                                   buckets=buckets, shared=shared, mlockall=mlockall),
-                            runner, no_trace, ramp_ms, interval_ms, plot_file, json_path)
-    if plot_file:
-        raise UsageError("--plot goes with --ramp (sweep has its own --plot)")
+                            runner, no_trace, RampOptions(ramp_ms, interval_ms, resize_at),
+                            plot_file, json_path)
+    if plot_file or resize_at:
+        raise UsageError("--plot and --resize-at go with --ramp (sweep has its own --plot)")
     opts = bench.WorkloadOptions(threads=threads, futexes=futexes, runtime=runtime,
                                  buckets=buckets, shared=shared, mlockall=mlockall)
     if runner == "perf" and runtime != int(runtime):
@@ -118,15 +122,14 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_p
         write_json(json_path, {"schema": "futextrace-bench", "schema_version": 1, **doc})
 
 
-def ramp_command(opts, runner, no_trace, ramp_ms, interval_ms, plot_file, json_path):
+def ramp_command(opts, runner, no_trace, ramp_opts, plot_file, json_path):
     """`bench --ramp`: see futextrace/bench/ramp.py."""
-    from futextrace.bench import ramp
     from futextrace.output.plots import PLOT_SUFFIXES
     if runner != "builtin" or no_trace:
         raise UsageError("--ramp needs the builtin runner and tracing (no --runner perf, no --no-trace)")
     if plot_file and not plot_file.lower().endswith(PLOT_SUFFIXES):
         raise UsageError(f"--plot: file must end in .png or .svg, got '{plot_file}'")
-    doc = ramp.run(opts, ramp.RampOptions(step_ms=ramp_ms, interval_ms=interval_ms))
+    doc = run_ramp(opts, ramp_opts)
     if text_wanted(json_path):
         for line in doc["summary"]:
             click.echo(line)

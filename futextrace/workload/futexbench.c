@@ -19,6 +19,10 @@
  *   --interval-ms I  every I ms record the ops done so far, the threads started
  *                and PR_FUTEX_HASH_GET_SLOTS, with a CLOCK_MONOTONIC stamp
  *                ("samples" in the JSON; a tracer lines them up with its events).
+ *   --resize-at MS:N  a thread of its own calls PR_FUTEX_HASH_SET_SLOTS N at MS
+ *                after the start, while the workers run: the replacement waits
+ *                for its pivot (refcounts atomic meanwhile) and prctl returns
+ *                after it; the call's and return's stamps are in "resize".
  * The result is ONE JSON object on stdout; errors are one line on stderr:
  *   exit 2  bad option            exit 3  PR_FUTEX_HASH_SET_SLOTS failed
  *   exit 1  anything else (allocation, thread creation, wait-fd read)
@@ -66,8 +70,12 @@ static struct {
 	long buckets;                        /* -1 auto, 0 global, else SET_SLOTS */
 	int shared, mlock, addrs, pin, wait_fd;
 	long ramp_ms, interval_ms;           /* 0: all threads at once; no samples */
+	long resize_at_ms, resize_slots;     /* resize_at_ms -1: no mid-run SET_SLOTS */
 } opt = { .threads = -1, .futexes = 1024, .runtime = 10.0, .buckets = -1,
-	  .pin = 1, .wait_fd = -1 };
+	  .pin = 1, .wait_fd = -1, .resize_at_ms = -1 };
+
+/* --resize-at: what the mid-run SET_SLOTS did. */
+static struct { long long call_ns, return_ns; long result; pthread_t thread; } resize;
 
 /* One --interval-ms sample. */
 struct sample {
@@ -169,9 +177,19 @@ static void usage(FILE *out)
 	      out);
 }
 
+static void parse_resize(char *arg)
+{
+	char *colon = strchr(arg, ':');
+	if (!colon)
+		die(2, "resize-at: expected MS:SLOTS, got '%s'", arg);
+	*colon = 0;
+	opt.resize_at_ms = parse_long(arg, "resize-at milliseconds", 0, 3600 * 1000);
+	opt.resize_slots = parse_long(colon + 1, "resize-at slots", 0, 1L << 32);
+}
+
 static void parse_args(int argc, char **argv)
 {
-	enum { O_ADDRS = 256, O_NOAFF, O_WAITFD, O_RAMP, O_INTERVAL };
+	enum { O_ADDRS = 256, O_NOAFF, O_WAITFD, O_RAMP, O_INTERVAL, O_RESIZE };
 	static const struct option longopts[] = {
 		{"threads", required_argument, 0, 't'}, {"futexes", required_argument, 0, 'f'},
 		{"runtime", required_argument, 0, 'r'}, {"iterations", required_argument, 0, 'n'},
@@ -180,6 +198,7 @@ static void parse_args(int argc, char **argv)
 		{"no-affinity", no_argument, 0, O_NOAFF}, {"wait-fd", required_argument, 0, O_WAITFD},
 		{"ramp-ms", required_argument, 0, O_RAMP},
 		{"interval-ms", required_argument, 0, O_INTERVAL},
+		{"resize-at", required_argument, 0, O_RESIZE},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
 	};
 	int c;
@@ -207,6 +226,7 @@ static void parse_args(int argc, char **argv)
 		case O_WAITFD: opt.wait_fd = parse_long(optarg, "wait-fd", 0, 1 << 20); break;
 		case O_RAMP: opt.ramp_ms = parse_long(optarg, "ramp-ms", 1, 3600 * 1000); break;
 		case O_INTERVAL: opt.interval_ms = parse_long(optarg, "interval-ms", 1, 3600 * 1000); break;
+		case O_RESIZE: parse_resize(optarg); break;
 		case 'h': usage(stdout); exit(0);
 		case ':': die(2, "option '%s' needs a value", argv[optind - 1]);
 		default: die(2, "unknown option '%s'", argv[optind - 1]);
@@ -214,8 +234,8 @@ static void parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		die(2, "unexpected argument '%s'", argv[optind]);
-	if ((opt.ramp_ms || opt.interval_ms) && opt.iterations)
-		die(2, "--ramp-ms and --interval-ms need a runtime (-r), not -n");
+	if ((opt.ramp_ms || opt.interval_ms || opt.resize_at_ms >= 0) && opt.iterations)
+		die(2, "--ramp-ms, --interval-ms and --resize-at need a runtime (-r), not -n");
 	if (opt.threads < 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);   /* perf's default */
 		opt.threads = n > 0 ? n : 1;
@@ -269,6 +289,10 @@ static void print_samples(void)
 		       i ? ", " : "", samples[i].mono_ns, samples[i].ops, samples[i].threads,
 		       samples[i].slots);
 	printf("], ");
+	if (opt.resize_at_ms >= 0)
+		printf("\"resize\": {\"at_ms\": %ld, \"slots\": %ld, \"call_ns\": %lld, "
+		       "\"return_ns\": %lld, \"result\": %ld}, ", opt.resize_at_ms, opt.resize_slots,
+		       resize.call_ns, resize.return_ns, resize.result);
 }
 
 static void print_json(struct worker *w, long prctl_result, long slots_before, long slots_after,
@@ -312,7 +336,7 @@ static void print_json(struct worker *w, long prctl_result, long slots_before, l
 			printf("%s\"%p\"", f ? ", " : "", (void *)((uint32_t *)&start_barrier + f));
 		printf("], ");
 	}
-	if (opt.ramp_ms || opt.interval_ms)
+	if (opt.ramp_ms || opt.interval_ms || opt.resize_at_ms >= 0)
 		print_samples();
 	printf("\"slots_before_threads\": %ld, \"slots_after\": %ld, \"runtime\": %.6f, "
 	       "\"total_ops\": %lu, \"avg_ops_per_sec\": %.1f, \"stddev_pct\": %.4f, "
@@ -371,12 +395,24 @@ static void take_sample(const struct worker *w, long started)
 	s->slots = get_slots();
 }
 
+
 static void sleep_until(double t_rel)
 {
 	long long ns = (long long)(t_start.tv_sec * 1000000000LL + t_start.tv_nsec) + (long long)(t_rel * 1e9);
 	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
+}
+
+static void *resizerfn(void *arg)
+{
+	(void)arg;
+	sleep_until(opt.resize_at_ms / 1e3);
+	resize.call_ns = mono_ns();
+	resize.result = prctl_ret(prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS,
+					(unsigned long)opt.resize_slots, 0, 0));
+	resize.return_ns = mono_ns();
+	return NULL;
 }
 
 /* Run for opt.runtime from now: start a thread every ramp_ms (all at once
@@ -388,6 +424,8 @@ static void run_timed(struct worker *w, const int *cpus, int ncpus)
 	long started = opt.ramp_ms ? 0 : opt.threads;
 
 	clock_gettime(CLOCK_MONOTONIC, &t_start);
+	if (opt.resize_at_ms >= 0 && pthread_create(&resize.thread, NULL, resizerfn, NULL))
+		die(1, "creating the resize thread failed");
 	if (!opt.ramp_ms)
 		pthread_barrier_wait(&start_barrier);
 	for (;;) {
@@ -413,6 +451,8 @@ static void run_timed(struct worker *w, const int *cpus, int ncpus)
 	atomic_store(&done, 1);
 	for (long i = started; i < opt.threads; i++)   /* ramp cut short by -r: start the rest */
 		start_worker(w, i, cpus, ncpus);
+	if (opt.resize_at_ms >= 0)
+		pthread_join(resize.thread, NULL);
 }
 
 int main(int argc, char **argv)
