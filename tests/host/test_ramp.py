@@ -13,6 +13,7 @@ from futextrace.analysis.atomic import installed_at, pending_at
 from tests.host.conftest import cli, needs_bpf, needs_private_hash, one_line_error
 
 
+pytestmark = pytest.mark.root
 THREADS = min(os.cpu_count() or 2, 8)   # in an 8-CPU guest the automatic hash grows 16 -> 32
 SLACK_S = 0.001   # tracepoint method: a pivot is inferred at the first futex call seen after it
 
@@ -71,6 +72,9 @@ def test_mid_run_replacement_is_pending_then_installed(ramp_doc):
         assert pending_at(pid, rec, p["t"]) == 64
     after = [p for p in auto["points"] if p["t"] > mid["return_t"] + SLACK_S]
     assert after and all(p["slots"] == 64 and pending_at(pid, rec, p["t"]) is None for p in after)
+    if THREADS >= 5:      # 4 × min(threads, CPUs) > 16: the automatic hash grew while threads ran
+        grown = [r for r in doc["runs"][0]["resizes"] if r["trigger"] == "clone" and r["old_buckets"] == 16]
+        assert grown and grown[0]["new_buckets"] > 16, doc["runs"][0]["resizes"]
     assert doc["runs"][1]["cost"]["installed"] == {**doc["runs"][1]["cost"]["installed"],
                                                    "buckets": 64, "custom": True}
 
