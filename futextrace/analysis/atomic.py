@@ -33,11 +33,15 @@ def _windows(pid: int, rec: dict) -> list[dict]:
     an open one ends with the recording."""
     out = []
     for r in rec.get("resizes", []):
-        if r["pid"] != pid or r["result"] != 0 or not r["old_buckets"]:
+        # An inferred SET_SLOTS whose caller is not back yet waits in prctl()
+        # for its pivot (futex_hash_allocate: wait_var_event): pending.
+        waiting = r["result"] is None and r.get("result_inferred") and r["pivot_t"] is None
+        if r["pid"] != pid or not (r["result"] == 0 or waiting) or not r["old_buckets"]:
             continue    # refused, or no old private hash to drain: installed at once
         if r["pivot_t"] is None:
             out.append({"t": r["t"], "end_t": max(r["t"], rec.get("duration_s", r["t"])), "open": True,
-                        "old_buckets": r["old_buckets"], "new_buckets": r["new_buckets"]})
+                        "old_buckets": r["old_buckets"],
+                        "new_buckets": r["requested"] if waiting else r["new_buckets"]})
         elif r["pending_s"]:
             out.append({"t": r["t"], "end_t": r["pivot_t"], "open": False,
                         "old_buckets": r["old_buckets"], "new_buckets": r["new_buckets"]})

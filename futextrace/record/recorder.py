@@ -181,7 +181,8 @@ class Recorder:
         futexes = self.dump_futexes()
         resize_events = sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])
         row = self.live.row(elapsed, futexes, self.counters(futexes), self.missed_runs(),
-                            resize_events, targets.comm_of, self.comms)
+                            resize_events, targets.comm_of, self.comms, events=self.events,
+                            infer_prctl=self._method_facts()["prctl_results"] == "inferred")
         self.live.show(row)
 
     def dump(self) -> dict:

@@ -86,3 +86,11 @@ def test_ramp_series_and_atomic_share():
     assert [round(p["ops_per_s"]) for p in pts] == [100000, 200000]
     # a window 0.16..0.17 covers a fifth of the second interval (0.15..0.20)
     assert [round(s, 6) for s in atomic_share(pts, [{"t": 0.16, "end_t": 0.17}], t0=0.1)] == [0.0, 0.2]
+
+
+def test_inferred_prctl_still_waiting_is_pending_with_its_requested_size():
+    waiting = {**_resize(0.7, 16, 16, None, result=None, trigger="prctl", custom=True),
+               "requested": 64, "result_inferred": True}
+    c = process_cost(PID, _rec([_resize(0.1, 0, 16, 0.1), waiting], method="tracepoint", duration=0.9))
+    assert c["pending"]["buckets"] == 64 and c["pending"]["since_t"] == 0.7
+    assert c["installed"]["buckets"] == 16
