@@ -64,8 +64,8 @@ def with_hash_state(rows: list[dict], events: list[dict], t: float, infer_prctl:
     tl = {**build_timeline(events, {}, infer_prctl=infer_prctl), "duration_s": t}
     for r in rows:
         inst = installed_at(r["pid"], tl)
-        if inst is not None:
-            r["hash"] = f"private {inst['buckets']}" if inst["buckets"] else "global"
+        # `hash` stays the busiest hash (the JSON's meaning); the view shows this one.
+        r["installed"] = None if inst is None else (f"private {inst['buckets']}" if inst["buckets"] else "global")
         pend = process_cost(r["pid"], tl)["pending"]
         r["pending"] = pend and {"buckets": pend["buckets"], "since_t": pend["since_t"]}
 
@@ -91,7 +91,7 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
         lines.append(f"  {'PID':>7} {'COMM':<16} {'HASH':<14} {'LOOKUPS/s':>12} {'FUTEXES':>7} "
                      f"{'BUCKETS':>7} {'MAX/MEAN':>8} {'PENDING':>12}")
         for p in procs[:TOP]:
-            lines.append(f"  {p['pid']:>7} {p['comm'][:16]:<16} {p['hash']:<14} "
+            lines.append(f"  {p['pid']:>7} {p['comm'][:16]:<16} {p.get('installed') or p['hash']:<14} "
                          f"{p['lookups_per_s']:>12,.0f} {p['futexes']:>7} {p['buckets_touched']:>7} "
                          f"{p['max_over_mean']:>8.2f} {_pending_cell(p.get('pending')):>12}")
         if len(procs) > TOP:
