@@ -248,9 +248,11 @@ def explain_process(pid: int, rec: dict) -> dict:
 
 
 def with_avoided_cost(r: dict | None, cost: dict, st: _State) -> dict | None:
-    """The recommendation, quoting the atomic refcount time automatic resizes cost."""
+    """The recommendation, quoting the atomic refcount time the resizes cost
+    (automatic ones, or a prctl made once threads ran): a size set before any
+    thread exists is installed at once, with nothing to drain."""
     a = cost["atomic"]
-    if r is None or st.custom or not a["total_s"]:
+    if r is None or not a["total_s"] or st.global_chosen:
         return r
     label = "" if a["source"] == "measured" else " (inferred)"
     r["avoided_atomic_s"] = a["total_s"]
