@@ -99,6 +99,8 @@ def test_ramp_starts_threads_one_by_one(ramp_doc):
     (["--ramp", "--ramp-ms", "0"], "at least 1 ms"),
     (["--ramp", "--plot", "x.jpg"], "must end in .png or .svg"),
     (["--plot", "x.png"], "--plot and --resize-at go with --ramp"),
+    (["--ramp", "--resize-at", "300"], "expected MS:SLOTS"),
+    (["--ramp", "--resize-at", "300:48"], "power of two"),
 ])
 def test_ramp_bad_input(args, words):
     res = cli("bench", *args, "-r", 0.1, timeout=60)
