@@ -50,7 +50,12 @@ def test_installed_size_agrees_with_get_slots(ramp_doc):
             assert inst["buckets"] == p["slots"], (p, inst)
             checked += 1
         assert checked >= 10
-        assert run["cost"]["pending"] is None     # nothing waits once the workload has ended
+        # A replacement may still wait at the end: the pivot needs the old hash's
+        # atomic count to drain (8-CPU TCG guest: 16 -> 32 pending 0.82 s to the
+        # end, 94% of gets atomic). Then the kernel's last GET_SLOTS is the old size.
+        pend, last = run["cost"]["pending"], run["points"][-1]
+        if pend is not None:
+            assert last["slots"] == run["cost"]["installed"]["buckets"] != pend["buckets"], (pend, last)
 
 
 @needs_bpf
@@ -70,8 +75,10 @@ def test_mid_run_replacement_is_pending_then_installed(ramp_doc):
     for p in caught:      # GET_SLOTS still says the old size: the replacement is pending
         assert installed_at(pid, rec, p["t"])["buckets"] == p["slots"]
         assert pending_at(pid, rec, p["t"]) == 64
+    # prctl returns after its pivot, which may come only when the workers stop
     after = [p for p in auto["points"] if p["t"] > mid["return_t"] + SLACK_S]
-    assert after and all(p["slots"] == 64 and pending_at(pid, rec, p["t"]) is None for p in after)
+    assert after or mid["return_t"] > auto["points"][-1]["t"]
+    assert all(p["slots"] == 64 and pending_at(pid, rec, p["t"]) is None for p in after)
     if THREADS >= 5:      # 4 × min(threads, CPUs) > 16: the automatic hash grew while threads ran
         grown = [r for r in doc["runs"][0]["resizes"] if r["trigger"] == "clone" and r["old_buckets"] == 16]
         assert grown and grown[0]["new_buckets"] > 16, doc["runs"][0]["resizes"]
