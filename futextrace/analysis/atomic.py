@@ -32,13 +32,22 @@ def _windows(pid: int, rec: dict) -> list[dict]:
     """One window per successful resize that had to wait for its pivot;
     an open one ends with the recording."""
     out = []
+    # A replacement that never pivoted itself ends at the next pivot: a later
+    # request replaced it while it waited ("two updates raced" in
+    # futex_hash_allocate), or took over with it.
+    pivots = sorted(r["pivot_t"] for r in rec.get("resizes", [])
+                    if r["pid"] == pid and r["result"] == 0 and r["pivot_t"] is not None)
     for r in rec.get("resizes", []):
         # An inferred SET_SLOTS whose caller is not back yet waits in prctl()
         # for its pivot (futex_hash_allocate: wait_var_event): pending.
         waiting = r["result"] is None and r.get("result_inferred") and r["pivot_t"] is None
         if r["pid"] != pid or not (r["result"] == 0 or waiting) or not r["old_buckets"]:
             continue    # refused, or no old private hash to drain: installed at once
-        if r["pivot_t"] is None:
+        superseded = next((t for t in pivots if t >= r["t"]), None) if r["pivot_t"] is None else None
+        if superseded is not None:
+            out.append({"t": r["t"], "end_t": superseded, "open": False, "superseded": True,
+                        "old_buckets": r["old_buckets"], "new_buckets": r["new_buckets"]})
+        elif r["pivot_t"] is None:
             out.append({"t": r["t"], "end_t": max(r["t"], rec.get("duration_s", r["t"])), "open": True,
                         "old_buckets": r["old_buckets"],
                         "new_buckets": r["requested"] if waiting else r["new_buckets"]})

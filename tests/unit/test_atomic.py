@@ -94,3 +94,16 @@ def test_inferred_prctl_still_waiting_is_pending_with_its_requested_size():
     c = process_cost(PID, _rec([_resize(0.1, 0, 16, 0.1), waiting], method="tracepoint", duration=0.9))
     assert c["pending"]["buckets"] == 64 and c["pending"]["since_t"] == 0.7
     assert c["installed"]["buckets"] == 16
+
+
+def test_replacements_that_never_pivot_end_at_the_next_pivot():
+    # Seen in an 8-CPU guest (kprobe method): each clone allocated 32 while one
+    # waited; the kernel kept one, and a prctl 64 took over with it at +1.379 s.
+    rec = _rec([_resize(0.1776, 0, 16, 0.1786), _resize(0.3004, 16, 32, None), _resize(0.4247, 16, 32, None),
+                _resize(0.5978, 16, 32, 1.3792), _resize(0.6036, 16, 64, 1.3793, trigger="prctl", custom=True)],
+               duration=1.8)
+    c = process_cost(PID, rec)
+    assert c["pending"] is None
+    assert c["installed"]["buckets"] == 64
+    assert abs(c["atomic"]["total_s"] - (1.3793 - 0.3004)) < 1e-9
+    assert [w["end_t"] for w in c["atomic"]["windows"]] == [1.3792] * 3 + [1.3793]
