@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 
 from futextrace.analysis import whatif
+from futextrace.analysis.atomic import atomic_text, installed_text, process_cost
 from futextrace.analysis.history import at_attach_text
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 from futextrace.kernel.sizing import auto_buckets, threads_before_clone
@@ -293,11 +294,28 @@ def explain_process(pid: int, rec: dict) -> dict:
     comm = (state or {}).get("comm") or next(
         (x["comm"] for x in rec.get("resizes", []) + rec.get("hash_states", []) if x["pid"] == pid
          and x.get("comm")), "")
+    cost = process_cost(pid, rec)
     return {"pid": pid, "comm": comm, "steps": steps, "lines": group_steps(steps),
             "final": {"buckets": st.buckets, "custom": st.custom, "global_chosen": st.global_chosen,
                       "private": bool(st.buckets), "pending_buckets": st.pending,
                       "text": _desc(st.buckets, st.custom, st.global_chosen, st.pending)},
-            "recommendation": recommend(pid, rec, st)}
+            "cost": cost, "recommendation": with_avoided_cost(recommend(pid, rec, st), cost, st)}
+
+
+def with_avoided_cost(r: dict | None, cost: dict, st: _State) -> dict | None:
+    """The recommendation, quoting the atomic refcount time the resizes cost
+    (automatic ones, or a prctl made once threads ran): a size set before any
+    thread exists is installed at once, with nothing to drain."""
+    a = cost["atomic"]
+    if r is None or not a["total_s"] or st.global_chosen or not (r["slots"] or st.buckets):
+        return r
+    label = "" if a["source"] == "measured" else " (inferred)"
+    # Without a suggested size, the size it ended with is the one to set at start.
+    size = r["slots"] or f"{st.buckets} (the size it ended with)"
+    r["avoided_atomic_s"] = a["total_s"]
+    r["effect"] += (f"; setting {size} at start would have avoided {a['total_s'] * 1000:.2f} ms "
+                    f"of atomic refcounting{label} ({a['lookups']:,} lookups)")
+    return r
 
 
 def _same_run(a: dict, b: dict) -> bool:
@@ -460,6 +478,10 @@ def render(expl: dict, verbose: bool = False) -> str:
         out.append(f"PID {p['pid']} {p['comm']}: now {p['final']['text']}")
         lines = p["steps"] if verbose else p.get("lines") or p["steps"]
         out += [f"  - {s['text']}" for s in lines]
+        if p.get("cost"):
+            out.append(f"  hash: {installed_text(p['cost'])}")
+            if atomic_text(p["cost"]):
+                out.append(f"  {atomic_text(p['cost'])}")
         if p["recommendation"]:
             out += _recommendation_lines(p["recommendation"])
     return "\n".join(out)

@@ -59,7 +59,7 @@ class _Proc:
         self.custom = False
         self.pending = None     # open resize entry waiting for its pivot
         self.prctl = {}         # tid -> prctl enter event
-        self.awaiting = []      # (resize, caller tid, slots): inferred results not yet seen
+        self.awaiting = []      # (resize, caller tid, slots, hash at the call): inferred results not yet seen
 
     def settle(self, ev: dict) -> None:
         """The process now runs on ev's hash: close a pending resize."""
@@ -97,8 +97,10 @@ def _static_prctl_result(enter: dict) -> int | None:
 def _resolve_prctl(p: _Proc, ev: dict) -> None:
     """Settle inferred SET_SLOTS results against a later sight of the hash."""
     for item in list(p.awaiting):
-        r, tid, slots = item
-        wanted = bool(ev["hash"]) and bool(ev["custom"]) and ev["hash_mask"] == (slots - 1 if slots else 0)
+        r, tid, slots, old_hash = item
+        # A new hash: a custom request of the size in use still replaces it.
+        wanted = (bool(ev["hash"]) and ev["hash"] != old_hash and bool(ev["custom"])
+                  and ev["hash_mask"] == (slots - 1 if slots else 0))
         if wanted:
             r["result"], r["new_buckets"] = 0, buckets_of(ev["hash_mask"], True)
             _pivoted(r, ev["t"])
@@ -206,7 +208,7 @@ class _Timeline:
                     requested=ev["arg0"], custom=True, result=_static_prctl_result(ev), inferred=True,
                     old_buckets=now, new_buckets=now)
         if r["result"] is None:
-            p.awaiting.append((r, ev["tid"], ev["arg0"] & 0xFFFFFFFF))
+            p.awaiting.append((r, ev["tid"], ev["arg0"] & 0xFFFFFFFF, ev["hash"]))
         self.resizes.append(r)
 
     def on_prctl_exit(self, p: _Proc, ev: dict) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from futextrace.bench.ramp import RampOptions, run as run_ramp
 from futextrace.bench import runner as bench
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError
@@ -75,6 +76,7 @@ Examples:
   futextrace bench -b 64 --no-trace       # 64 buckets set with prctl, throughput only
   futextrace bench --runner perf -t 2     # Debian's perf bench futex hash instead
   futextrace bench --json - -b global | jq .result.avg_ops_per_sec
+  futextrace bench --ramp -t 8 -r 2 --plot ramp.png   # threads one by one: auto vs set at start
 """
 
 
@@ -86,9 +88,24 @@ Examples:
               show_default=True, help="built-in workload or the system's perf bench futex hash")
 @json_option("the result and its recording")
 @click.option("--no-trace", is_flag=True, help="only measure throughput; do not trace")
-def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_path, no_trace):
+@click.option("--ramp", is_flag=True, help="start the threads one by one, sample throughput, and run "
+              "twice: automatic hash, then its final size (or -b N) set at start")
+@click.option("--ramp-ms", type=int, default=50, show_default=True, help="with --ramp: a new thread every MS")
+@click.option("--interval-ms", type=int, default=50, show_default=True, help="with --ramp: a sample every MS")
+@click.option("--resize-at", metavar="MS:SLOTS", help="with --ramp: also SET_SLOTS SLOTS at MS, mid-run, "
+              "from a thread of the workload's own")
+@click.option("--plot", "plot_file", metavar="FILE", help="with --ramp: write the picture (.png or .svg)")
+def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_path, no_trace,
+            ramp, ramp_ms, interval_ms, resize_at, plot_file):
     """Run the futex-hash workload (like `perf bench futex hash`) and print its
     throughput beside what the tracer recorded."""
+    if ramp:
+        return ramp_command(bench.WorkloadOptions(threads=threads, futexes=futexes, runtime=runtime,
+                                                  buckets=buckets, shared=shared, mlockall=mlockall),
+                            runner, no_trace, RampOptions(ramp_ms, interval_ms, resize_at),
+                            plot_file, json_path)
+    if plot_file or resize_at:
+        raise UsageError("--plot and --resize-at go with --ramp (sweep has its own --plot)")
     opts = bench.WorkloadOptions(threads=threads, futexes=futexes, runtime=runtime,
                                  buckets=buckets, shared=shared, mlockall=mlockall)
     if runner == "perf" and runtime != int(runtime):
@@ -103,3 +120,21 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_p
             click.echo("\n" + bench.render_recording(doc["recording"]))
     if json_path:
         write_json(json_path, {"schema": "futextrace-bench", "schema_version": 1, **doc})
+
+
+def ramp_command(opts, runner, no_trace, ramp_opts, plot_file, json_path):
+    """`bench --ramp`: see futextrace/bench/ramp.py."""
+    from futextrace.output.plots import PLOT_SUFFIXES
+    if runner != "builtin" or no_trace:
+        raise UsageError("--ramp needs the builtin runner and tracing (no --runner perf, no --no-trace)")
+    if plot_file and not plot_file.lower().endswith(PLOT_SUFFIXES):
+        raise UsageError(f"--plot: file must end in .png or .svg, got '{plot_file}'")
+    doc = run_ramp(opts, ramp_opts)
+    if text_wanted(json_path):
+        for line in doc["summary"]:
+            click.echo(line)
+    if plot_file:
+        from futextrace.bench.ramp_plot import plot_ramp
+        click.echo(f"plot written to {plot_ramp(doc, plot_file)}", err=not text_wanted(json_path))
+    if json_path:
+        write_json(json_path, {"schema": "futextrace-bench-ramp", "schema_version": 1, **doc})

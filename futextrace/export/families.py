@@ -43,6 +43,13 @@ def _process_gauges(reading: Reading, book: SeriesBook):
          "process's busiest private hash (sum of futexes - 1 over buckets), since start", "collisions"),
         ("futextrace_futexes", "Distinct futexes seen in the process's busiest private hash, "
          "since start", "futexes"),
+        ("futextrace_hash_pending_buckets", "Buckets of a replacement hash waiting for its pivot "
+         "(0: none); the process's refcounts are atomic meanwhile", "pending_buckets"),
+        ("futextrace_atomic_refcount_seconds", "Time the process had a replacement hash pending "
+         "(refcounts atomic), since start; measured (kprobe) or inferred (tracepoint) as "
+         "futextrace_refcount_ops", "atomic_seconds"),
+        ("futextrace_atomic_lookups", "Private futex lookups the process made while its hash's "
+         "refcount was atomic, since start", "atomic_lookups"),
     ]
     out = []
     for name, help_, attr in specs:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from futextrace.analysis.atomic import resize_cost
+
 # Totals fields exported as counters, with their metric name suffix.
 TOTAL_COUNTERS = {"unattributed": "unattributed_lookups", "lost_events": "lost_events",
                   "missed_runs": "missed_runs", "read_faults": "read_faults",
@@ -27,6 +29,9 @@ class ProcessReading:
     buckets_used: int | None = None
     collisions: int | None = None       # futexes sharing a bucket with another
     futexes: int | None = None          # distinct futexes in that hash
+    pending_buckets: int | None = None  # a replacement waiting for its pivot (0: none)
+    atomic_seconds: float | None = None # time with one pending (refcounts atomic), since start
+    atomic_lookups: int | None = None   # private lookups made in atomic mode, since start
 
 
 @dataclass
@@ -65,7 +70,7 @@ def _current_hash(proc: dict, states: dict[int, dict]) -> tuple[int | None, str 
     return busiest["buckets"], None   # custom or auto is only known from a hash state
 
 
-def _process(proc: dict, states: dict[int, dict]) -> ProcessReading:
+def _process(proc: dict, states: dict[int, dict], costs: dict[int, dict]) -> ProcessReading:
     lookups = Counter()
     for h in proc.get("hashes", []):
         lookups["private" if h["kind"] == "private" else "global"] += h["lookups"]
@@ -78,18 +83,26 @@ def _process(proc: dict, states: dict[int, dict]) -> ProcessReading:
         p.buckets_used = h["imbalance"]["used"]
         p.collisions = h["collisions"]
         p.futexes = h["distinct_futexes"]
+    cost = costs.get(proc["pid"])
+    if cost is not None:
+        p.pending_buckets = cost["pending"]["buckets"] if cost["pending"] else 0
+        p.atomic_seconds = cost["atomic"]["total_s"]
+        p.atomic_lookups = cost["atomic"]["lookups"]
     return p
 
 
 def from_recording(rec: dict) -> Reading:
-    # Later entries win: the last state. A successful resize is a state too
-    # (recordings without hash_states); a hash_states entry is newer information.
+    # Later entries win: the last state. A successful resize that took over is
+    # a state too (recordings without hash_states); one still waiting for its
+    # pivot is not installed; a hash_states entry is newer information.
     states = {z["pid"]: {"private": z["new_buckets"] > 0, "buckets": z["new_buckets"],
                          "custom": bool(z["custom"])}
-              for z in sorted(rec.get("resizes", []), key=lambda z: z["t"]) if z.get("result") == 0}
+              for z in sorted(rec.get("resizes", []), key=lambda z: z["t"])
+              if z.get("result") == 0 and z.get("pivot_t", z["t"]) is not None}
     states.update({s["pid"]: s for s in sorted(rec.get("hash_states", []), key=lambda s: s["t"])})
     r = Reading()
-    r.processes = {p["pid"]: _process(p, states) for p in rec["processes"]}
+    costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
+    r.processes = {p["pid"]: _process(p, states, costs) for p in rec["processes"]}
     t = rec["totals"]
     r.totals = {name: int(t.get(field_, 0)) for field_, name in TOTAL_COUNTERS.items()}
     r.lookups = {"private": int(t.get("private", 0)), "global": int(t.get("global", 0))}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 
+from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
 from futextrace.kernel.errnos import errno_name
 
 
@@ -122,8 +123,12 @@ def render_text(rec: dict) -> str:
         out.append(f"  {t['read_faults']} kernel/user reads failed")
     if t.get("kernel_mismatch"):
         out.append(f"  {t['kernel_mismatch']} lookups where the computed bucket differed from the kernel's")
+    costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
     for p in rec["processes"]:
         out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']} lookups"]
+        if p["pid"] in costs:
+            out += [f"  hash: {installed_text(costs[p['pid']])}",
+                    *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
         for h in p["hashes"]:
             out += _hash_section(h)
     out += ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]

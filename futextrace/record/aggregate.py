@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from futextrace import __version__
+from futextrace.analysis.atomic import resize_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.analysis.whatif import futex_list
 from futextrace.loading.layout import KIND
@@ -174,6 +175,7 @@ def _processes(futexes: list[dict], comms: dict[int, str], global_buckets: int) 
     for f in futexes:
         by_tgid[f["tgid"]].append(f)
     return [{"pid": tgid, "comm": comms.get(tgid, ""), "lookups": _lookups(fs),
+             "atomic_lookups": sum(f["atomic"] for f in fs if f["kind"] == "private"),
              "hashes": _process_hashes(fs, global_buckets), "futex_list": futex_list(fs)}
             for tgid, fs in sorted(by_tgid.items(), key=lambda kv: -_lookups(kv[1]))]
 
@@ -228,7 +230,7 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
                                               "note": "not read (a recording made without it)"}
     timeline = build_timeline(raw.get("events", []), kernel,
                               infer_prctl=method.get("prctl_results") == "inferred", at_attach=at_attach)
-    return {
+    rec = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,
         "totals": _totals(counters, raw, duration_s),
@@ -238,6 +240,8 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
         "threads": timeline["threads"], "hash_states": timeline["hash_states"],
         "intervals": raw.get("intervals", []), "hash_at_attach": at_attach,
     }
+    rec["resize_cost"] = resize_cost(rec)
+    return rec
 
 
 def _refcount(counters: dict, method: dict, futexes: list[dict]) -> dict:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+from futextrace.analysis.atomic import installed_at, process_cost
+from futextrace.analysis.timeline import build_timeline
 from futextrace.record.aggregate import KIND_NAMES, total_of, merge_futexes
 
 TOP = 10   # processes shown per interval, busiest first
@@ -56,6 +58,22 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
     return rows
 
 
+def with_hash_state(rows: list[dict], events: list[dict], t: float, infer_prctl: bool) -> None:
+    """The installed hash (what the kernel uses now, not the busiest one seen)
+    and a replacement waiting for its pivot, from the events so far."""
+    tl = {**build_timeline(events, {}, infer_prctl=infer_prctl), "duration_s": t}
+    for r in rows:
+        inst = installed_at(r["pid"], tl)
+        # `hash` stays the busiest hash (the JSON's meaning); the view shows this one.
+        r["installed"] = None if inst is None else (f"private {inst['buckets']}" if inst["buckets"] else "global")
+        pend = process_cost(r["pid"], tl)["pending"]
+        r["pending"] = pend and {"buckets": pend["buckets"], "since_t": pend["since_t"]}
+
+
+def _pending_cell(p: dict | None) -> str:
+    return "-" if not p else f"{p['buckets']} +{p['since_t']:.1f}s"
+
+
 def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
     """One interval: a totals line, then the busiest processes."""
     ts = time.strftime("%H:%M:%S ") if timestamps else ""
@@ -71,11 +89,11 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
              f"global {row['global']:,})  resize events so far {row['resize_events']}{extra}"]
     if procs:
         lines.append(f"  {'PID':>7} {'COMM':<16} {'HASH':<14} {'LOOKUPS/s':>12} {'FUTEXES':>7} "
-                     f"{'BUCKETS':>7} {'MAX/MEAN':>8}")
+                     f"{'BUCKETS':>7} {'MAX/MEAN':>8} {'PENDING':>12}")
         for p in procs[:TOP]:
-            lines.append(f"  {p['pid']:>7} {p['comm'][:16]:<16} {p['hash']:<14} "
+            lines.append(f"  {p['pid']:>7} {p['comm'][:16]:<16} {p.get('installed') or p['hash']:<14} "
                          f"{p['lookups_per_s']:>12,.0f} {p['futexes']:>7} {p['buckets_touched']:>7} "
-                         f"{p['max_over_mean']:>8.2f}")
+                         f"{p['max_over_mean']:>8.2f} {_pending_cell(p.get('pending')):>12}")
         if len(procs) > TOP:
             lines.append(f"  ... {len(procs) - TOP} more processes")
     return lines
@@ -94,7 +112,8 @@ class IntervalReporter:
         self._missed = 0
 
     def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
-            missed_runs: int, resize_events: int, comm_of, comms: dict[int, str]) -> dict:
+            missed_runs: int, resize_events: int, comm_of, comms: dict[int, str],
+            events: list[dict] | None = None, infer_prctl: bool = False) -> dict:
         """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_of)."""
         c = {k: sum(v) for k, v in counters.items()}
         prev = self._totals or {k: 0 for k in c}
@@ -113,6 +132,8 @@ class IntervalReporter:
         for pid in {k[0] for k in snap} - set(comms):
             comms[pid] = comm_of(pid)
         row["processes"] = processes(self._snapshot, snap, span, comms)
+        if events is not None:
+            with_hash_state(row["processes"], events, elapsed, infer_prctl)
         self._snapshot = snap
         self.rows.append(row)
         return row

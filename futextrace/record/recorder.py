@@ -191,7 +191,8 @@ class Recorder:
         futexes = self.dump_futexes()
         resize_events = sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])
         row = self.live.row(elapsed, futexes, self.counters(futexes), self.missed_runs(),
-                            resize_events, targets.comm_of, self.comms)
+                            resize_events, targets.comm_of, self.comms, events=self.events,
+                            infer_prctl=self._method_facts()["prctl_results"] == "inferred")
         self.live.show(row)
 
     def dump(self) -> dict:
@@ -236,6 +237,7 @@ class Recorder:
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
         rec["attach_s"] = self.attach_s
+        rec["monotonic_start_ns"] = self.t0_ns   # t = 0: lines up a workload's CLOCK_MONOTONIC stamps
         rec["attach_phases_s"] = dict(self.timings)
         rec["kernel"]["model_cached"] = self.model_cached
         return rec

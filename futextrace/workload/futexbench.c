@@ -13,6 +13,16 @@
  *                threads, so a tracer that started us can attach first and still
  *                see the whole run, including the auto-resize at thread creation.
  *   -S           futexes live in a MAP_SHARED mapping (perf uses heap memory).
+ *   --ramp-ms X  start the threads one by one, one every X ms (as a service does
+ *                when it starts), instead of all at once behind a barrier; -r
+ *                counts from the first thread.
+ *   --interval-ms I  every I ms record the ops done so far, the threads started
+ *                and PR_FUTEX_HASH_GET_SLOTS, with a CLOCK_MONOTONIC stamp
+ *                ("samples" in the JSON; a tracer lines them up with its events).
+ *   --resize-at MS:N  a thread of its own calls PR_FUTEX_HASH_SET_SLOTS N at MS
+ *                after the start, while the workers run: the replacement waits
+ *                for its pivot (refcounts atomic meanwhile) and prctl returns
+ *                after it; the call's and return's stamps are in "resize".
  * The result is ONE JSON object on stdout; errors are one line on stderr:
  *   exit 2  bad option            exit 3  PR_FUTEX_HASH_SET_SLOTS failed
  *   exit 1  anything else (allocation, thread creation, wait-fd read)
@@ -49,7 +59,9 @@ struct worker {
 	int cpu;                 /* pinned CPU, -1 when not pinned */
 	uint32_t *futex;         /* own cache-line-aligned block, like perf */
 	unsigned long ops;
-	double elapsed;          /* seconds from the common start to this thread's end */
+	_Atomic unsigned long live_ops;  /* ops so far, published once per pass (samples) */
+	double elapsed;          /* seconds from the common start (ramp: its own) to its end */
+	double began;            /* ramp: seconds from the start to this thread's first call */
 } __attribute__((aligned(CACHELINE)));  /* no false sharing between workers' counters */
 
 static struct {
@@ -57,8 +69,22 @@ static struct {
 	double runtime;
 	long buckets;                        /* -1 auto, 0 global, else SET_SLOTS */
 	int shared, mlock, addrs, pin, wait_fd;
+	long ramp_ms, interval_ms;           /* 0: all threads at once; no samples */
+	long resize_at_ms, resize_slots;     /* resize_at_ms -1: no mid-run SET_SLOTS */
 } opt = { .threads = -1, .futexes = 1024, .runtime = 10.0, .buckets = -1,
-	  .pin = 1, .wait_fd = -1 };
+	  .pin = 1, .wait_fd = -1, .resize_at_ms = -1 };
+
+/* --resize-at: what the mid-run SET_SLOTS did. */
+static struct { long long call_ns, return_ns; long result; pthread_t thread; } resize;
+
+/* One --interval-ms sample. */
+struct sample {
+	long long mono_ns;       /* CLOCK_MONOTONIC */
+	unsigned long ops;       /* all threads' ops so far */
+	long threads, slots;     /* threads started; GET_SLOTS at that moment */
+};
+static struct sample *samples;
+static long nsamples, max_samples;
 
 static atomic_int done;
 static pthread_barrier_t start_barrier;
@@ -122,6 +148,7 @@ static void *workerfn(void *arg)
 		sched_setaffinity(0, sizeof(one), &one);
 	}
 	pthread_barrier_wait(&start_barrier);
+	w->began = opt.ramp_ms ? now_since(&t_start) : 0;
 	if (opt.iterations) {
 		for (long it = 0; it < opt.iterations; it++)
 			for (f = 0; f < n; f++, ops++)
@@ -133,9 +160,10 @@ static void *workerfn(void *arg)
 			for (f = 0; f < n; f++, ops++)
 				syscall(SYS_futex, &w->futex[f], FUTEX_WAIT | futex_flag, 1234,
 					NULL, NULL, 0);
+			atomic_store_explicit(&w->live_ops, ops, memory_order_relaxed);
 		} while (!atomic_load_explicit(&done, memory_order_relaxed));
 	}
-	w->elapsed = now_since(&t_start);
+	w->elapsed = now_since(&t_start) - w->began;
 	w->ops = ops;
 	return NULL;
 }
@@ -144,19 +172,33 @@ static void usage(FILE *out)
 {
 	fputs("usage: futexbench [-t THREADS] [-f FUTEXES] [-r SECONDS | -n ITERATIONS]\n"
 	      "                  [-b BUCKETS] [-S] [-m] [--addrs] [--no-affinity] [--wait-fd FD]\n"
+	      "                  [--ramp-ms MS] [--interval-ms MS]\n"
 	      "  -b: -1 automatic (default), 0 global hash, else PR_FUTEX_HASH_SET_SLOTS\n",
 	      out);
 }
 
+static void parse_resize(char *arg)
+{
+	char *colon = strchr(arg, ':');
+	if (!colon)
+		die(2, "resize-at: expected MS:SLOTS, got '%s'", arg);
+	*colon = 0;
+	opt.resize_at_ms = parse_long(arg, "resize-at milliseconds", 0, 3600 * 1000);
+	opt.resize_slots = parse_long(colon + 1, "resize-at slots", 0, 1L << 32);
+}
+
 static void parse_args(int argc, char **argv)
 {
-	enum { O_ADDRS = 256, O_NOAFF, O_WAITFD };
+	enum { O_ADDRS = 256, O_NOAFF, O_WAITFD, O_RAMP, O_INTERVAL, O_RESIZE };
 	static const struct option longopts[] = {
 		{"threads", required_argument, 0, 't'}, {"futexes", required_argument, 0, 'f'},
 		{"runtime", required_argument, 0, 'r'}, {"iterations", required_argument, 0, 'n'},
 		{"buckets", required_argument, 0, 'b'}, {"shared", no_argument, 0, 'S'},
 		{"mlockall", no_argument, 0, 'm'}, {"addrs", no_argument, 0, O_ADDRS},
 		{"no-affinity", no_argument, 0, O_NOAFF}, {"wait-fd", required_argument, 0, O_WAITFD},
+		{"ramp-ms", required_argument, 0, O_RAMP},
+		{"interval-ms", required_argument, 0, O_INTERVAL},
+		{"resize-at", required_argument, 0, O_RESIZE},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
 	};
 	int c;
@@ -182,6 +224,9 @@ static void parse_args(int argc, char **argv)
 		case O_ADDRS: opt.addrs = 1; break;
 		case O_NOAFF: opt.pin = 0; break;
 		case O_WAITFD: opt.wait_fd = parse_long(optarg, "wait-fd", 0, 1 << 20); break;
+		case O_RAMP: opt.ramp_ms = parse_long(optarg, "ramp-ms", 1, 3600 * 1000); break;
+		case O_INTERVAL: opt.interval_ms = parse_long(optarg, "interval-ms", 1, 3600 * 1000); break;
+		case O_RESIZE: parse_resize(optarg); break;
 		case 'h': usage(stdout); exit(0);
 		case ':': die(2, "option '%s' needs a value", argv[optind - 1]);
 		default: die(2, "unknown option '%s'", argv[optind - 1]);
@@ -189,6 +234,8 @@ static void parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		die(2, "unexpected argument '%s'", argv[optind]);
+	if ((opt.ramp_ms || opt.interval_ms || opt.resize_at_ms >= 0) && opt.iterations)
+		die(2, "--ramp-ms, --interval-ms and --resize-at need a runtime (-r), not -n");
 	if (opt.threads < 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);   /* perf's default */
 		opt.threads = n > 0 ? n : 1;
@@ -232,6 +279,22 @@ static void wait_for_go(void)
 	close(opt.wait_fd);
 }
 
+static void print_samples(void)
+{
+	printf("\"ramp_ms\": %ld, \"interval_ms\": %ld, \"t_start_ns\": %lld, \"samples\": [",
+	       opt.ramp_ms, opt.interval_ms,
+	       (long long)(t_start.tv_sec * 1000000000LL + t_start.tv_nsec));
+	for (long i = 0; i < nsamples; i++)
+		printf("%s{\"mono_ns\": %lld, \"ops\": %lu, \"threads\": %ld, \"slots\": %ld}",
+		       i ? ", " : "", samples[i].mono_ns, samples[i].ops, samples[i].threads,
+		       samples[i].slots);
+	printf("], ");
+	if (opt.resize_at_ms >= 0)
+		printf("\"resize\": {\"at_ms\": %ld, \"slots\": %ld, \"call_ns\": %lld, "
+		       "\"return_ns\": %lld, \"result\": %ld}, ", opt.resize_at_ms, opt.resize_slots,
+		       resize.call_ns, resize.return_ns, resize.result);
+}
+
 static void print_json(struct worker *w, long prctl_result, long slots_before, long slots_after,
 		       double runtime)
 {
@@ -273,6 +336,8 @@ static void print_json(struct worker *w, long prctl_result, long slots_before, l
 			printf("%s\"%p\"", f ? ", " : "", (void *)((uint32_t *)&start_barrier + f));
 		printf("], ");
 	}
+	if (opt.ramp_ms || opt.interval_ms || opt.resize_at_ms >= 0)
+		print_samples();
 	printf("\"slots_before_threads\": %ld, \"slots_after\": %ld, \"runtime\": %.6f, "
 	       "\"total_ops\": %lu, \"avg_ops_per_sec\": %.1f, \"stddev_pct\": %.4f, "
 	       "\"per_thread\": [",
@@ -291,6 +356,103 @@ static void print_json(struct worker *w, long prctl_result, long slots_before, l
 		printf("}");
 	}
 	printf("]}\n");
+}
+
+static void start_worker(struct worker *w, long i, const int *cpus, int ncpus)
+{
+	pthread_attr_t attr;
+	int err;
+
+	pthread_attr_init(&attr);
+	w[i].index = i;
+	w[i].cpu = -1;
+	if (ncpus)
+		w[i].cpu = cpus[i % ncpus];   /* the thread pins itself (workerfn) */
+	err = pthread_create(&w[i].thread, &attr, workerfn, &w[i]);
+	pthread_attr_destroy(&attr);
+	if (err)
+		die(1, "creating thread %ld failed: %s", i, strerror(err));
+}
+
+static long long mono_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void take_sample(const struct worker *w, long started)
+{
+	struct sample *s;
+	if (nsamples >= max_samples)
+		return;
+	s = &samples[nsamples++];
+	s->mono_ns = mono_ns();
+	s->ops = 0;
+	for (long i = 0; i < started; i++)
+		s->ops += atomic_load_explicit(&w[i].live_ops, memory_order_relaxed);
+	s->threads = started;
+	s->slots = get_slots();
+}
+
+
+static void sleep_until(double t_rel)
+{
+	long long ns = (long long)(t_start.tv_sec * 1000000000LL + t_start.tv_nsec) + (long long)(t_rel * 1e9);
+	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static void *resizerfn(void *arg)
+{
+	(void)arg;
+	sleep_until(opt.resize_at_ms / 1e3);
+	resize.call_ns = mono_ns();
+	resize.result = prctl_ret(prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS,
+					(unsigned long)opt.resize_slots, 0, 0));
+	resize.return_ns = mono_ns();
+	return NULL;
+}
+
+/* Run for opt.runtime from now: start a thread every ramp_ms (all at once
+ * when 0, through the start barrier) and take a sample every interval_ms. */
+static void run_timed(struct worker *w, const int *cpus, int ncpus)
+{
+	double step = opt.ramp_ms / 1e3, every = opt.interval_ms / 1e3;
+	double next_thread = 0, next_sample = every;
+	long started = opt.ramp_ms ? 0 : opt.threads;
+
+	clock_gettime(CLOCK_MONOTONIC, &t_start);
+	if (opt.resize_at_ms >= 0 && pthread_create(&resize.thread, NULL, resizerfn, NULL))
+		die(1, "creating the resize thread failed");
+	if (!opt.ramp_ms)
+		pthread_barrier_wait(&start_barrier);
+	for (;;) {
+		double now = now_since(&t_start), wake = opt.runtime;
+		if (now >= opt.runtime)
+			break;
+		if (started < opt.threads && now >= next_thread) {
+			start_worker(w, started++, cpus, ncpus);
+			next_thread += step;
+			continue;
+		}
+		if (every > 0 && now >= next_sample) {
+			take_sample(w, started);
+			next_sample += every;
+			continue;
+		}
+		if (started < opt.threads && next_thread < wake)
+			wake = next_thread;
+		if (every > 0 && next_sample < wake)
+			wake = next_sample;
+		sleep_until(wake);
+	}
+	atomic_store(&done, 1);
+	for (long i = started; i < opt.threads; i++)   /* ramp cut short by -r: start the rest */
+		start_worker(w, i, cpus, ncpus);
+	if (opt.resize_at_ms >= 0)
+		pthread_join(resize.thread, NULL);
 }
 
 int main(int argc, char **argv)
@@ -333,31 +495,24 @@ int main(int argc, char **argv)
 			if (CPU_ISSET(i, &allowed))
 				cpus[ncpus++] = i;
 
-	if (pthread_barrier_init(&start_barrier, NULL, opt.threads + 1))
+	/* A ramp has no common start: each thread passes a barrier of one. */
+	if (pthread_barrier_init(&start_barrier, NULL, opt.ramp_ms ? 1 : opt.threads + 1))
 		die(1, "pthread_barrier_init failed");
-	for (i = 0; i < opt.threads; i++) {
-		pthread_attr_t attr;
-		int err;
-
-		pthread_attr_init(&attr);
-		w[i].index = i;
-		w[i].cpu = -1;
-		if (ncpus)
-			w[i].cpu = cpus[i % ncpus];   /* the thread pins itself (workerfn) */
-		err = pthread_create(&w[i].thread, &attr, workerfn, &w[i]);
-		pthread_attr_destroy(&attr);
-		if (err)
-			die(1, "creating thread %ld failed: %s", i, strerror(err));
+	if (opt.interval_ms) {
+		max_samples = (long)(opt.runtime * 1000 / opt.interval_ms) + 2;
+		samples = calloc(max_samples, sizeof(*samples));
+		if (!samples)
+			die(1, "out of memory for %ld samples", max_samples);
 	}
+	if (!opt.ramp_ms)
+		for (i = 0; i < opt.threads; i++)
+			start_worker(w, i, cpus, ncpus);
 
-	clock_gettime(CLOCK_MONOTONIC, &t_start);
-	pthread_barrier_wait(&start_barrier);
-	if (!opt.iterations) {
-		struct timespec ts = { (time_t)opt.runtime,
-				       (long)((opt.runtime - (time_t)opt.runtime) * 1e9) };
-		while (nanosleep(&ts, &ts) && errno == EINTR)
-			;
-		atomic_store(&done, 1);
+	if (opt.iterations) {
+		clock_gettime(CLOCK_MONOTONIC, &t_start);
+		pthread_barrier_wait(&start_barrier);
+	} else {
+		run_timed(w, cpus, ncpus);
 	}
 	for (i = 0; i < opt.threads; i++)
 		pthread_join(w[i].thread, NULL);
