@@ -171,23 +171,27 @@ class Recorder:
             for s, h in old.items():
                 signal.signal(s, h)
 
-    def counters(self, futexes: list[dict]) -> dict[str, list[int]]:
-        return self.maps.counters(futexes)
+    def counters(self, buckets: list[dict]) -> dict[str, list[int]]:
+        return self.maps.counters(buckets)
 
     def dump_futexes(self) -> list[dict]:
         return self.maps.futexes()
 
+    def dump_buckets(self) -> list[dict]:
+        return self.maps.buckets()
+
     def _interval_report(self, elapsed: float):
         futexes = self.dump_futexes()
         resize_events = sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])
-        row = self.live.row(elapsed, futexes, self.counters(futexes), self.missed_runs(),
+        row = self.live.row(elapsed, futexes, self.counters(self.dump_buckets()), self.missed_runs(),
                             resize_events, targets.comm_of, self.comms)
         self.live.show(row)
 
     def dump(self) -> dict:
         """Everything the kernel side holds, as plain data (see aggregate.py)."""
-        futexes = self.dump_futexes()
-        return {"counters": self.counters(futexes), "futexes": futexes, "events": self.events,
+        futexes, buckets = self.dump_futexes(), self.dump_buckets()
+        return {"counters": self.counters(buckets), "buckets": buckets, "futexes": futexes,
+                "futex_capacity": self.program.max_futexes, "events": self.events,
                 "intervals": self.intervals, "missed_runs": self.missed_runs()}
 
     def _kernel_facts(self) -> dict:
@@ -218,6 +222,7 @@ class Recorder:
         if self.opts.hash_kind != "all":
             keep = ("private",) if self.opts.hash_kind == "private" else ("global", "global_shared", "global_numa")
             raw["futexes"] = [f for f in raw["futexes"] if KIND_NAMES.get(f["kind"]) in keep]
+            raw["buckets"] = [b for b in raw["buckets"] if KIND_NAMES.get(b["kind"]) in keep]
         kernel, method = self._kernel_facts(), self._method_facts()
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
             self.comms.setdefault(pid, targets.comm_of(pid))
