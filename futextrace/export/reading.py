@@ -26,7 +26,9 @@ class ProcessReading:
     max_over_mean: float | None = None  # busiest private hash, all buckets
     buckets_used: int | None = None
     collisions: int | None = None       # futexes sharing a bucket with another
-    futexes: int | None = None          # distinct futexes in that hash
+    futexes: int | None = None          # distinct futexes in that hash (a lower bound when
+                                        # the per-futex list missed lookups of it)
+    futexes_max: int | None = None      # ... and its upper bound (= futexes when exact)
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Reading:
     resizes_pending: int = 0
     global_buckets: int = 0
     info: dict[str, str] = field(default_factory=dict)
+    futex_list_missed: int = 0          # lookups the bounded per-futex list does not hold
 
 
 def result_name(result) -> str:
@@ -78,6 +81,7 @@ def _process(proc: dict, states: dict[int, dict]) -> ProcessReading:
         p.buckets_used = h["imbalance"]["used"]
         p.collisions = h["collisions"]
         p.futexes = h["distinct_futexes"]
+        p.futexes_max = h.get("estimates", {}).get("distinct_futexes", {}).get("high", p.futexes)
     return p
 
 
@@ -93,6 +97,7 @@ def from_recording(rec: dict) -> Reading:
     t = rec["totals"]
     r.totals = {name: int(t.get(field_, 0)) for field_, name in TOTAL_COUNTERS.items()}
     r.lookups = {"private": int(t.get("private", 0)), "global": int(t.get("global", 0))}
+    r.futex_list_missed = int(t.get("futex_list", {}).get("lookups_missed", 0))
     rc = rec["refcount"]
     r.refcount_source = "inferred" if rc["source"].startswith("inferred") else "measured"
     r.refcount = {(op, path): int(rc[f"{op}_{path}"]) for op in ("get", "put") for path in ("percpu", "atomic")}
