@@ -75,6 +75,7 @@ class Filters:
     comms: list[str] = field(default_factory=list)
     cgroup_ids: list[int] = field(default_factory=list)
     follow_forks: bool = True
+    tgid_map: bool = False      # a tgid filter filled by user space (record/commwatch.py), even if empty
 
 
 def _need(model, key: str) -> int:
@@ -128,7 +129,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     off["CACHE_BITS"] = off["CACHE_SLOTS"].bit_length() - 1
     off["RINGBUF_PAGES"] = 256
     flags = [f"-D{k}={v}" for k, v in off.items()]
-    if filters.pids:
+    if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
         if filters.follow_forks:
             flags.append("-DFOLLOW_FORKS")

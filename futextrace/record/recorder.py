@@ -19,7 +19,7 @@ from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import choose_method, refuse_unserved
-from futextrace.record import procevents, startup, targets
+from futextrace.record import commwatch, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
 
@@ -47,6 +47,7 @@ class RecordOptions:
     live_out: object | None = None    # output/jsonio.Output for per-interval text (None: stdout)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
+    comm_in_bpf: bool = False         # --comm: compare names in BPF even where the proc connector works
 
 
 class Recorder:
@@ -82,9 +83,28 @@ class Recorder:
         self._thread_events = 0
         self.thread_events_dropped = 0
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
+        self.comm_watch: commwatch.CommWatch | None = None
+        self.comm_how: str | None = None
+
+    def _open_comm_watch(self):
+        """--comm alone: the processes so named, kept as tgids by the proc
+        connector, so the hot path does one tgid lookup and no name compare.
+        With -p (both must hold) or without the connector: the compare in BPF."""
+        opts = self.opts
+        if not opts.comms:
+            return
+        why = "asked for" if opts.comm_in_bpf else "-p given too: both must hold"
+        if not opts.pids and not opts.comm_in_bpf:
+            self.comm_watch, why = commwatch.open_watch(opts.comms)
+        if self.comm_watch:
+            self.filters.comms, self.filters.tgid_map = [], True
+            self.comm_how = "process names resolved to tgids by the proc connector (exec, fork, exit)"
+        else:
+            self.comm_how = f"task names compared in BPF ({why})"
 
     # -- lifecycle -----------------------------------------------------------
     def start(self):
+        self._open_comm_watch()
         try:
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
                                    exact_prctl=self.opts.exact_prctl)
@@ -95,6 +115,8 @@ class Recorder:
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
                                    exact_prctl=self.opts.exact_prctl)
         self.maps = MapReader(self.program)
+        if self.comm_watch:
+            self.comm_watch.start(self.program.bpf["tgid_filter"])
         self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.timings.update(self.program.timings)
         self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
@@ -111,6 +133,9 @@ class Recorder:
         return self.maps.missed_runs(kprobes=self.method == "kprobe")
 
     def close(self):
+        if self.comm_watch is not None:
+            self.comm_watch.close()
+            self.comm_watch = None
         if self.maps is not None:
             self.maps.close()
             self.maps = None
@@ -213,6 +238,7 @@ class Recorder:
                 "prctl_results": "inferred" if inferred else "exit",
                 "probes": probes,
                 "probes_fallback": self.program.fallback_reason,
+                **({"comm_filter": self.comm_how} if self.comm_how else {}),
                 "refcount_probes": [p for p in probes
                                     if p.startswith("k") and ("private_hash" in p or "hash_put" in p or "hash_get" in p
                                                               or p.endswith(":futex_hash"))]}

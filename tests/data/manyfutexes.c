@@ -3,6 +3,7 @@
  * a value that never matches (-EAGAIN: one hash lookup each). The process sets
  * a custom private hash first (64 slots, never resized automatically) and
  * stays single-threaded, so libc makes no futex call of its own.
+ * Usage: manyfutexes OUT.json [N [DELAY_MS]]: DELAY_MS waits before the calls.
  * Prints {"pid", "base", "futexes", "slots"} to the file named by argv[1]. */
 #define _GNU_SOURCE
 #include <linux/futex.h>
@@ -25,6 +26,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (prctl(PR_FUTEX_HASH_, SET_SLOTS, 64, 0, 0) != 0)
 		return 3;
+	if (argc > 3)
+		usleep(atol(argv[3]) * 1000);
 	for (long i = 0; i < n; i++)
 		for (int k = 0; k <= i % 3; k++)
 			syscall(SYS_futex, &words[i], FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
