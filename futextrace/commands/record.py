@@ -35,7 +35,8 @@ Examples:
               help="auto: kprobes where they work, else the tracepoint method (see `futextrace doctor`); "
                    "fentry is refused: futextrace has no fentry programs")
 @click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=None,
-              help="distinct futexes kept; beyond that lookups are counted as unattributed "
+              help="distinct futexes kept in the per-futex list; beyond that, bucket and process counts "
+                   "stay exact and futex counts, distinct futexes and collisions are reported as bounds "
                    "[default: 65536 up to 8 CPUs, halved per doubling of CPUs beyond, at least "
                    "4096: the per-CPU map stays under 32 MiB]")
 @click.option("--exact-prctl", is_flag=True,
