@@ -208,8 +208,9 @@ class Recorder:
     def _interval_report(self, elapsed: float):
         futexes = self.dump_futexes()
         resize_events = sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])
-        row = self.live.row(elapsed, futexes, self.counters(self.dump_buckets()), self.missed_runs(),
-                            resize_events, targets.comm_of, self.comms)
+        buckets = self.dump_buckets()
+        row = self.live.row(elapsed, futexes, self.counters(buckets), self.missed_runs(),
+                            resize_events, targets.comm_of, self.comms, buckets)
         self.live.show(row)
 
     def dump(self) -> dict:
