@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -99,6 +100,8 @@ def main() -> int:
     sizes = [int(s) for s in a.sizes.split(",")]
     print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
           f"futexbench -t 1 -r {a.runtime}, {a.pairs} rounds per size", flush=True)
+    # SIGTERM ends the run through the `finally` below: the setting is restored.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with open(BPF_STATS) as f:
         stats_before = f.read().strip()
     with open(BPF_STATS, "w") as f:
