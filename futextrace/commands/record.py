@@ -20,7 +20,9 @@ Examples:
                context_settings={"ignore_unknown_options": False})
 @click.option("-p", "--pid", "pids", type=int, multiple=True, help="trace this process (repeatable)")
 @click.option("--tid", "tids", type=int, multiple=True, help="trace only this thread (repeatable)")
-@click.option("--comm", "comms", multiple=True, help="trace only tasks with this name (repeatable)")
+@click.option("--comm", "comms", multiple=True,
+              help="trace only processes with this name (repeatable): followed as they fork, exec "
+                   "and exit (proc connector); with -p, tasks whose name matches, compared in BPF")
 @click.option("--cgroup", "cgroups", multiple=True, help="trace only tasks in this cgroup v2 path")
 @click.option("--hash", "hash_kind", type=click.Choice(["all", "private", "global"]), default="all",
               show_default=True, help="report lookups of this hash only")
