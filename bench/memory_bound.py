@@ -89,13 +89,18 @@ def map_ids(pid: int) -> set[int]:
     return ids
 
 
+MEMLOCK: dict[str, int] = {}
+
+
 def map_entries(map_id: int) -> tuple[str, int, int | None]:
-    """(name, max_entries, entries now); entries None for maps not worth dumping."""
+    """(name, max_entries, entries now); entries None for maps not worth dumping.
+    Each map's kernel memory (bytes_memlock) is kept in MEMLOCK by name."""
     out = subprocess.run(["bpftool", "-j", "map", "show", "id", str(map_id)],
                          capture_output=True, text=True)
     if out.returncode != 0:      # the recording ended between two samples
         return None
     info = json.loads(out.stdout)
+    MEMLOCK[info["name"]] = int(info.get("bytes_memlock", 0))
     if info["type"] in ("ringbuf", "array", "percpu_array"):
         return info["name"], info["max_entries"], None   # fixed size by construction
     dump = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(map_id)],
@@ -133,6 +138,9 @@ def main() -> int:
                 header = "  t(s)  RSS(MiB)  " + "  ".join(f"{n}(/{mx})" for n, mx, _ in counted) \
                          + "  lookups/s  unattributed(5s)"
                 print(header)
+                print(f"# kernel map memory on {os.cpu_count()} CPUs (bytes_memlock): "
+                      + ", ".join(f"{n} {b / 2**20:.1f} MiB" for n, b in sorted(MEMLOCK.items()))
+                      + f"; {sum(MEMLOCK.values()) / 2**20:.1f} MiB in all")
             last = json.loads(jsonl.read_text().splitlines()[-1])
             print(f"{time.monotonic() - t0:6.0f}  {rss / 1024 if rss else 0:8.1f}  "
                   + "  ".join(f"{e:>{len(n) + len(str(mx)) + 3}}" for n, mx, e in counted)

@@ -16,6 +16,10 @@ Conditions:
                bpftrace is installed (issue 3's reference)
   futextrace   futextrace's tracepoint method, whole system, ring buffer drained
                (Recorder API directly: no CLI start-up in the numbers)
+  futextrace-comm-bpf   the same with --comm WORKLOAD, the name compared in BPF
+               (bpf_get_current_comm and a 16-byte-key lookup on every syscall)
+  futextrace-comm-tgid  the same with --comm WORKLOAD resolved to tgids by the
+               proc connector (one tgid lookup per syscall)
 Workloads: the built-in futexbench `-t 1 -r 2`, and `perf bench futex hash -t 1 -r 2 -s`
 when perf is installed. BPF programs are compiled and attached before the
 workload starts and detached after it ends: only the workload's run is timed.
@@ -36,9 +40,10 @@ import sys
 import threading
 import time
 
-CONDITIONS = ["untraced", "raw-empty", "btf-empty", "tp-empty", "bcc-count", "futextrace"]
+CONDITIONS = ["untraced", "raw-empty", "btf-empty", "tp-empty", "bcc-count", "futextrace",
+              "futextrace-comm-bpf", "futextrace-comm-tgid"]
 if shutil.which("bpftrace"):
-    CONDITIONS.insert(-1, "bpftrace")
+    CONDITIONS.insert(CONDITIONS.index("futextrace"), "bpftrace")
 EMPTY = {"raw-empty": "RAW_TRACEPOINT_PROBE(sys_enter) { return 0; }",
          "btf-empty": "int ft_btf_sys_enter(u64 *ctx) { return 0; }",
          "tp-empty": "TRACEPOINT_PROBE(syscalls, sys_enter_futex) { return 0; }",
@@ -106,7 +111,9 @@ def run_traced(cond: str, argv, parse, model) -> float:
                 os.close(fd)
             b.cleanup()
     from futextrace.record.recorder import Recorder, RecordOptions
-    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w")), model)
+    comms = [os.path.basename(argv[0])[:15]] if cond.startswith("futextrace-comm") else []
+    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False,
+                                 comms=comms, comm_in_bpf=cond == "futextrace-comm-bpf"), model)
     rec.start()
     try:
         result = {}
@@ -123,7 +130,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=5, help="rounds (each runs every condition once)")
     ap.add_argument("--runtime", default="2", help="workload seconds per run")
+    ap.add_argument("--conditions", default=",".join(CONDITIONS),
+                    help="comma-separated subset of the conditions (untraced is always run)")
     a = ap.parse_args()
+    wanted = ["untraced"] + [c for c in a.conditions.split(",") if c in CONDITIONS and c != "untraced"]
+    CONDITIONS[:] = wanted
     if os.geteuid() != 0:
         sys.exit("overhead.py: needs root")
     from futextrace.kernel import model as kmodel

@@ -20,6 +20,7 @@
 #define CLONE_THREAD_ 0x00010000
 
 BPF_PERCPU_HASH(futexes, struct futex_stat_key, struct futex_stat, MAX_FUTEXES);
+BPF_PERCPU_HASH(buckets, struct bucket_key, struct bucket_stat, MAX_BUCKETS);
 BPF_PERCPU_ARRAY(counters, u64, FTC_NR);
 /* The lookup cache: CACHE_SLOTS slots per CPU, CPU n's at [n * CACHE_SLOTS].
  * A plain array, not a per-CPU one: its slots are contiguous (a per-CPU
@@ -244,22 +245,76 @@ static __always_inline void count_unattributed(u32 kind, u64 n)
 		*c += n;
 }
 
-/* Add a cache slot's counts into the bounded `futexes` map. */
-static __always_inline void flush_slot(struct cache_slot *cs)
+/* Fullness flags (per CPU, in `counters`): set once an insert failed with the
+ * map full, so a full map costs no failing insert per lookup afterwards. */
+static __always_inline int flag_set(u32 idx)
 {
+	u64 *c = counters.lookup(&idx);
+	return c && *c;
+}
+
+static __always_inline void set_flag(u32 idx)
+{
+	u64 *c = counters.lookup(&idx);
+	if (c)
+		*c = 1;
+}
+
+static __always_inline void add_bucket_stat(struct bucket_stat *bs, struct cache_slot *cs, u64 checked)
+{
+	bs->lookups += cs->st.lookups;
+	bs->atomic_lookups += cs->st.atomic_lookups;
+	bs->kernel_checked += checked;
+}
+
+/* The exact part: a slot's counts added to its bucket in `buckets`. */
+static __always_inline void flush_to_bucket(struct cache_slot *cs)
+{
+	struct bucket_key bk = { .tgid = cs->key.tgid, .kind = cs->key.kind,
+				 .hash_mask = cs->key.hash_mask, .bucket = cs->st.bucket,
+				 .node = cs->st.node };
+	u64 checked = cs->st.kernel_bucket != ~0U ? cs->st.lookups : 0;
+	struct bucket_stat *bs = buckets.lookup(&bk);
+	if (bs) {
+		add_bucket_stat(bs, cs, checked);
+		return;
+	}
+	if (!flag_set(FTC_BUCKETS_FULL)) {
+		struct bucket_stat v = { cs->st.lookups, cs->st.atomic_lookups, checked };
+		if (!buckets.insert(&bk, &v))
+			return;
+		bs = buckets.lookup(&bk);   /* lost a race to another CPU's insert? */
+		if (bs) {
+			add_bucket_stat(bs, cs, checked);
+			return;
+		}
+		set_flag(FTC_BUCKETS_FULL);
+	}
+	count_unattributed(cs->key.kind, cs->st.lookups);
+}
+
+/* The bounded per-futex detail: added to `futexes` until it is full. */
+static __always_inline void flush_to_futexes(struct cache_slot *cs)
+{
+	if (flag_set(FTC_FUTEXES_FULL))
+		return;
 	struct futex_stat *st = futexes.lookup(&cs->key);
+	if (!st && futexes.insert(&cs->key, &cs->st) == 0)
+		return;
+	if (!st)
+		st = futexes.lookup(&cs->key);   /* lost a race to another insert? */
 	if (st) {
 		st->lookups += cs->st.lookups;
 		st->atomic_lookups += cs->st.atomic_lookups;
-	} else if (futexes.insert(&cs->key, &cs->st)) {
-		st = futexes.lookup(&cs->key);   /* lost a race to another insert? */
-		if (st) {
-			st->lookups += cs->st.lookups;
-			st->atomic_lookups += cs->st.atomic_lookups;
-		} else {
-			count_unattributed(cs->key.kind, cs->st.lookups);
-		}
+	} else {
+		set_flag(FTC_FUTEXES_FULL);
 	}
+}
+
+static __always_inline void flush_slot(struct cache_slot *cs)
+{
+	flush_to_bucket(cs);
+	flush_to_futexes(cs);
 }
 
 /* The key as three words (it has no padding holes: see futextrace.h), so a
@@ -399,7 +454,7 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask
 	fill_slot(cs, &key, atomic, bucket, bnode, kernel_bucket);
 }
 
-/* The same, straight into the `futexes` map, bypassing the cache: for the
+/* The same, straight into the maps, bypassing the cache: for the
  * futex_waitv loop, where the cache's branches would multiply the states the
  * verifier walks per entry past its limit. Not a hot path. */
 static __always_inline void account_direct(u32 tgid, u64 hash, u32 hmask, u32 hstate,
@@ -414,13 +469,7 @@ static __always_inline void account_direct(u32 tgid, u64 hash, u32 hmask, u32 hs
 	classify(&key, &atomic, hash, hmask, hstate, flags_private, node);
 	bucket_of(&key, 0, node, &bucket, &bnode);
 	fill_slot(&cs, &key, atomic, bucket, bnode, ~0);
-	struct futex_stat *st = futexes.lookup(&cs.key);
-	if (st) {
-		st->lookups++;
-		st->atomic_lookups += atomic;
-	} else if (futexes.insert(&cs.key, &cs.st)) {
-		count_unattributed(key.kind, 1);   /* map full (or a racing insert: rare) */
-	}
+	flush_slot(&cs);
 }
 
 

@@ -20,9 +20,9 @@ enum ft_kind {
 /* Per-CPU counters (the `counters` array), index = enum ft_counter. */
 enum ft_counter {
 	FTC_PRIVATE = 0,      /* private-hash lookups no map could hold (user space adds
-	                       * those of the futexes map and the cache: the total) */
+	                       * those of the buckets map and the cache: the total) */
 	FTC_GLOBAL,           /* ... the same for the global hash */
-	FTC_UNATTRIBUTED,     /* lookups whose futex could not be stored: map full */
+	FTC_UNATTRIBUTED,     /* lookups whose bucket could not be stored: buckets map full */
 	FTC_LOST_EVENTS,      /* ring buffer full: events dropped */
 	FTC_REF_GET_PERCPU,   /* private hash reference taken on the per-CPU counter */
 	FTC_REF_GET_ATOMIC,   /* ... taken on the shared atomic (hash being replaced) */
@@ -38,11 +38,36 @@ enum ft_counter {
 	                       * policy is not visible from sys_enter, so each is counted
 	                       * where it goes when the VMA has none (futex_mpol() gives
 	                       * no node); with a policy the kernel uses its node's table */
+	FTC_FUTEXES_FULL,     /* per CPU, a flag: an insert into `futexes` failed (map
+	                       * full), so this CPU attempts no more: per-futex detail
+	                       * stops growing, the bucket counts stay exact */
+	FTC_BUCKETS_FULL,     /* per CPU, a flag: the same for `buckets` (its later new
+	                       * buckets are counted as unattributed) */
 	FTC_NR,
 };
 
-/* One entry per futex (per process, per hash instance): the bounded map
- * `futexes`, a per-CPU hash so the traced hot path shares no cache line.
+/* The exact counts: one entry per bucket a process's lookups went to (per
+ * hash instance and NUMA node), the per-CPU hash `buckets`. Its size is
+ * bounded by the hash sizes, not by how many futexes a process touches. */
+struct bucket_key {
+	u32 tgid;
+	u32 kind;             /* enum ft_kind */
+	u32 hash_mask;        /* as futex_stat_key.hash_mask */
+	u32 bucket;           /* bucket index in its table (~0: not computable) */
+	s32 node;             /* NUMA node of the bucket (global hash), -1 private */
+	u32 pad;
+};
+
+struct bucket_stat {
+	u64 lookups;
+	u64 atomic_lookups;   /* lookups while the private hash ref was in atomic mode */
+	u64 kernel_checked;   /* kprobe method: lookups whose bucket the kernel also returned */
+};
+
+/* Per-futex detail, bounded: one entry per futex (per process, per hash
+ * instance) until the map `futexes` is full, then no more inserts (see
+ * FTC_FUTEXES_FULL); user space reports what the list misses. A per-CPU hash
+ * so the traced hot path shares no cache line.
  * Three 8-byte words with no holes: the cache compares it word by word. */
 struct futex_stat_key {
 	u32 tgid;

@@ -372,9 +372,14 @@ def _whatif(pid: int, rec: dict) -> dict | None:
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), None)
     if not proc or not proc.get("futex_list"):
         return None
+    # Lookups counted exactly per bucket but missing from the bounded per-futex list.
+    missed = sum((h.get("futex_detail") or {}).get("lookups_missed", 0) for h in proc.get("hashes", []))
     unattributed = (rec.get("totals") or {}).get("unattributed_causes", {}).get("map_full")
-    note = (f"{unattributed} lookups were not attributed to a futex (map full): not in the table"
-            if unattributed else None)
+    notes = [f"{missed:,} lookups of this process are beyond the per-futex list (it was full): "
+             "their futexes are not in the table" if missed else "",
+             f"{unattributed:,} lookups were not attributed at all (map full): not in the table"
+             if unattributed else ""]
+    note = "; ".join(n for n in notes if n) or None
     return whatif.table(proc["futex_list"], rec.get("kernel", {}).get("futex_hash_bucket_size"), note)
 
 

@@ -20,7 +20,9 @@ Examples:
                context_settings={"ignore_unknown_options": False})
 @click.option("-p", "--pid", "pids", type=int, multiple=True, help="trace this process (repeatable)")
 @click.option("--tid", "tids", type=int, multiple=True, help="trace only this thread (repeatable)")
-@click.option("--comm", "comms", multiple=True, help="trace only tasks with this name (repeatable)")
+@click.option("--comm", "comms", multiple=True,
+              help="trace only processes with this name (repeatable): followed as they fork, exec "
+                   "and exit (proc connector); with -p, tasks whose name matches, compared in BPF")
 @click.option("--cgroup", "cgroups", multiple=True, help="trace only tasks in this cgroup v2 path")
 @click.option("--hash", "hash_kind", type=click.Choice(["all", "private", "global"]), default="all",
               show_default=True, help="report lookups of this hash only")
@@ -35,7 +37,8 @@ Examples:
               help="auto: kprobes where they work, else the tracepoint method (see `futextrace doctor`); "
                    "fentry is refused: futextrace has no fentry programs")
 @click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=None,
-              help="distinct futexes kept; beyond that lookups are counted as unattributed "
+              help="distinct futexes kept in the per-futex list; beyond that, bucket and process counts "
+                   "stay exact and futex counts, distinct futexes and collisions are reported as bounds "
                    "[default: 65536 up to 8 CPUs, halved per doubling of CPUs beyond, at least "
                    "4096: the per-CPU map stays under 32 MiB]")
 @click.option("--exact-prctl", is_flag=True,

@@ -40,9 +40,12 @@ def _process_gauges(reading: Reading, book: SeriesBook):
         ("futextrace_buckets_used", "Buckets of the process's busiest private hash that got any "
          "lookup, since start", "buckets_used"),
         ("futextrace_bucket_collisions", "Futexes sharing a bucket with another futex in the "
-         "process's busiest private hash (sum of futexes - 1 over buckets), since start", "collisions"),
+         "process's busiest private hash (sum of futexes - 1 over buckets), since start; a lower "
+         "bound when futextrace_futex_list_missed_lookups > 0", "collisions"),
         ("futextrace_futexes", "Distinct futexes seen in the process's busiest private hash, "
-         "since start", "futexes"),
+         "since start; a lower bound when futextrace_futexes_max is larger", "futexes"),
+        ("futextrace_futexes_max", "Upper bound of futextrace_futexes: the per-futex list is bounded "
+         "and each lookup it missed may be one more futex", "futexes_max"),
         ("futextrace_hash_pending_buckets", "Buckets of a replacement hash waiting for its pivot "
          "(0: none); the process's refcounts are atomic meanwhile", "pending_buckets"),
         ("futextrace_atomic_refcount_seconds", "Time the process had a replacement hash pending "
@@ -80,8 +83,12 @@ def _kernel_counters(reading: Reading, hw: HighWater):
     for (trigger, result), v in sorted(reading.resizes.items()):
         rs.add_metric([trigger, result], hw.update(("resize", trigger, result), v))
     out = [rc, rs]
-    helps = {"unattributed_lookups": "Lookups counted but not attributed to a futex: the futexes map was "
-                             "full (raise --max-futexes)",
+    out.append(GaugeMetricFamily("futextrace_futex_list_missed_lookups", "Lookups (all processes) "
+                                 "the bounded per-futex list does not hold: futex counts and figures "
+                                 "made from them are bounds; bucket and process counts stay exact",
+                                 value=reading.futex_list_missed))
+    helps = {"unattributed_lookups": "Lookups counted but not attributed to a bucket: the buckets map "
+                                     "was full",
              "lost_events": "Events lost because the ring buffer was full",
              "missed_runs": "Runs of the tracer's programs the kernel skipped (their lookups are "
                             "not counted)",

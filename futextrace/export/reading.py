@@ -28,7 +28,9 @@ class ProcessReading:
     max_over_mean: float | None = None  # busiest private hash, all buckets
     buckets_used: int | None = None
     collisions: int | None = None       # futexes sharing a bucket with another
-    futexes: int | None = None          # distinct futexes in that hash
+    futexes: int | None = None          # distinct futexes in that hash (a lower bound when
+                                        # the per-futex list missed lookups of it)
+    futexes_max: int | None = None      # ... and its upper bound (= futexes when exact)
     pending_buckets: int | None = None  # a replacement waiting for its pivot (0: none)
     atomic_seconds: float | None = None # time with one pending (refcounts atomic), since start
     atomic_lookups: int | None = None   # private lookups made in atomic mode, since start
@@ -45,6 +47,7 @@ class Reading:
     resizes_pending: int = 0
     global_buckets: int = 0
     info: dict[str, str] = field(default_factory=dict)
+    futex_list_missed: int = 0          # lookups the bounded per-futex list does not hold
 
 
 def result_name(result) -> str:
@@ -83,6 +86,7 @@ def _process(proc: dict, states: dict[int, dict], costs: dict[int, dict]) -> Pro
         p.buckets_used = h["imbalance"]["used"]
         p.collisions = h["collisions"]
         p.futexes = h["distinct_futexes"]
+        p.futexes_max = h.get("estimates", {}).get("distinct_futexes", {}).get("high", p.futexes)
     cost = costs.get(proc["pid"])
     if cost is not None:
         p.pending_buckets = cost["pending"]["buckets"] if cost["pending"] else 0
@@ -106,6 +110,7 @@ def from_recording(rec: dict) -> Reading:
     t = rec["totals"]
     r.totals = {name: int(t.get(field_, 0)) for field_, name in TOTAL_COUNTERS.items()}
     r.lookups = {"private": int(t.get("private", 0)), "global": int(t.get("global", 0))}
+    r.futex_list_missed = int(t.get("futex_list", {}).get("lookups_missed", 0))
     rc = rec["refcount"]
     r.refcount_source = "inferred" if rc["source"].startswith("inferred") else "measured"
     r.refcount = {(op, path): int(rc[f"{op}_{path}"]) for op in ("get", "put") for path in ("percpu", "atomic")}

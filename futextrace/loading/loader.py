@@ -23,6 +23,11 @@ CACHE_SLOTS_MIN = 1024
 CACHE_BUDGET = 16 << 20     # bytes the cache may take (64-byte slots, every possible CPU)
 FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
 FUTEXES_MAX_DEFAULT = 65536
+# Entries of the per-CPU `buckets` map (the exact counts), whatever the CPU
+# count: per CPU a 24-byte value each (1.5 MiB), plus ~72 bytes of key and
+# element header per entry once (4.5 MiB). Bounded by the hash sizes in use:
+# a process's private hash has at most as many buckets as it has entries.
+MAX_BUCKETS = 65536
 
 
 def default_max_futexes(ncpus: int | None = None) -> int:
@@ -70,6 +75,7 @@ class Filters:
     comms: list[str] = field(default_factory=list)
     cgroup_ids: list[int] = field(default_factory=list)
     follow_forks: bool = True
+    tgid_map: bool = False      # a tgid filter filled by user space (record/commwatch.py), even if empty
 
 
 def _need(model, key: str) -> int:
@@ -116,13 +122,14 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
     off["MAX_FUTEXES"] = max_futexes
+    off["MAX_BUCKETS"] = MAX_BUCKETS
     ncpu_ids = ncpu_ids or nr_cpu_ids()
     off["NR_CPU_IDS"] = ncpu_ids
     off["CACHE_SLOTS"] = cache_slots(ncpu_ids)
     off["CACHE_BITS"] = off["CACHE_SLOTS"].bit_length() - 1
     off["RINGBUF_PAGES"] = 256
     flags = [f"-D{k}={v}" for k, v in off.items()]
-    if filters.pids:
+    if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
         if filters.follow_forks:
             flags.append("-DFOLLOW_FORKS")

@@ -1,6 +1,7 @@
 """Reading a loaded Program's maps (and what the kernel counts about it) as
-plain data: the per-CPU counters, every futex of the `futexes` map and of the
-per-CPU cache in front of it, and probe runs the kernel skipped.
+plain data: the per-CPU counters, every bucket of the `buckets` map (the exact
+counts), every futex of the bounded `futexes` map, the per-CPU cache in front
+of both, and probe runs the kernel skipped.
 
 The layouts come from BCC's ctypes view of bpf/futextrace.h; the plain data is
 what record/aggregate.py documents and turns into a recording.
@@ -28,20 +29,38 @@ class MapReader:
             self._cache_map.close()
             self._cache_map = None
 
-    def counters(self, futexes: list[dict]) -> dict[str, list[int]]:
+    def counters(self, buckets: list[dict]) -> dict[str, list[int]]:
         """Per-CPU counters. The BPF side counts in PRIVATE and GLOBAL only the
         lookups no map could hold (the hot path does not touch a counter); the
-        lookups of every stored futex are added here, so both count all."""
+        lookups of every bucket (map and cache) are added here, so both count all."""
         table = self.program.bpf["counters"]
         out = {}
         for name, idx in COUNTER.items():
             if name == "FTC_NR":
                 continue
             out[name.removeprefix("FTC_")] = list(table[ct.c_int(idx)])
-        for f in futexes:
-            col = out["PRIVATE" if f["kind"] == KIND["FT_PRIVATE"] else "GLOBAL"]
-            for cpu, v in enumerate(f["per_cpu"][:len(col)]):
-                col[cpu] += v[0]   # lookups (aggregate.CpuStat)
+        for b in buckets:
+            col = out["PRIVATE" if b["kind"] == KIND["FT_PRIVATE"] else "GLOBAL"]
+            for cpu, v in enumerate(b["per_cpu"][:len(col)]):
+                col[cpu] += v[0]   # lookups
+        return out
+
+    def buckets(self) -> list[dict]:
+        """Exact per-bucket counts: the `buckets` map, and the cache's slots
+        (counts not yet flushed to it) by the bucket each slot's futex hashes to."""
+        out = []
+        for k, vals in self.program.bpf["buckets"].items():
+            out.append({"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket,
+                        "node": k.node, "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked]
+                                                    for v in vals]})
+        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
+        for idx, s in self._cache_items():
+            per_cpu = [[0, 0, 0] for _ in range(ncpus)]
+            st = s.st
+            per_cpu[idx // nslots] = [st.lookups, st.atomic_lookups,
+                                      st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0]
+            out.append({"tgid": s.key.tgid, "kind": s.key.kind, "hash_mask": s.key.hash_mask,
+                        "bucket": st.bucket, "node": st.node, "per_cpu": per_cpu})
         return out
 
     def _cache_items(self):

@@ -26,17 +26,32 @@ def _buckets_desc(h: dict) -> str:
     return f"global hash ({h['kind']}), {h['buckets']} buckets"
 
 
+def _futex_bounds(h: dict) -> str:
+    """Distinct futexes, with bounds when the per-futex list missed lookups."""
+    est = h.get("estimates", {}).get("distinct_futexes")
+    if not est:
+        return f"{h['distinct_futexes']} distinct futexes"
+    return (f"{est['low']}..{est['high']} distinct futexes (estimate: the per-futex list holds "
+            f"{h['futex_detail']['lookups_listed']} of these lookups)")
+
+
+def _collisions(h: dict) -> str:
+    est = h.get("estimates", {}).get("collisions")
+    return f"{h['collisions']}" if not est else f"{est['low']}..{est['high']} (estimate)"
+
+
 def _hash_section(h: dict) -> list[str]:
-    lines = [f"  {_buckets_desc(h)}: {h['lookups']} lookups, {h['distinct_futexes']} distinct futexes"]
+    lines = [f"  {_buckets_desc(h)}: {h['lookups']} lookups, {_futex_bounds(h)}"]
     if "imbalance" not in h:
         lines.append(f"    {h.get('note', '')}")
         return lines
     im = h["imbalance"]
     lines.append(f"    buckets used {im['used']} of {im['buckets']}; max/mean {im['max_over_mean']:.2f}; "
-                 f"CV {im['cv']:.2f}; collisions {h['collisions']} futexes share a bucket")
+                 f"CV {im['cv']:.2f}; collisions {_collisions(h)} futexes share a bucket")
     lines += ["", *("    " + l for l in log2_hist(h["lookups_per_bucket_hist"], "lookups/bucket")), ""]
     lines += [*("    " + l for l in log2_hist(h["futexes_per_bucket_hist"], "futexes/bucket")), ""]
-    lines.append("    hottest buckets:")
+    lines.append("    hottest buckets:" + ("" if h.get("futex_detail", {}).get("complete", True) else
+                                          " (futexes and addresses: those in the per-futex list, a lower bound)"))
     lines.append(f"    {'bucket':>8} {'node':>4} {'lookups':>12} {'futexes':>7}  addresses")
     for b in h["hottest"]:
         node = "-" if b["node"] is None else str(b["node"])
@@ -106,7 +121,13 @@ def render_text(rec: dict) -> str:
            f"private hash {t['private']}, global hash {t['global']}"]
     causes = t.get("unattributed_causes", {"map_full": t["unattributed"]})
     if causes.get("map_full"):
-        out.append(f"  {causes['map_full']} lookups not attributed to a futex: map full (raise --max-futexes)")
+        out.append(f"  {causes['map_full']} lookups not attributed to a bucket: buckets map full")
+    fl = t.get("futex_list")
+    if fl and not fl["complete"]:
+        out.append(f"  per-futex list: {fl['futexes_listed']} futexes holding {fl['lookups_listed']} lookups; "
+                   f"{fl['lookups_missed']} lookups not in it (list full at {fl['capacity']}: raise "
+                   "--max-futexes). Bucket and process counts stay exact; futex counts, distinct futexes "
+                   "and collisions are bounds")
     if causes.get("user_memory_unreadable"):
         out.append(f"  {causes['user_memory_unreadable']} lookups not attributed: their key (a futex_waitv "
                    "entry or a FUTEX2_NUMA node) was on a user page BPF could not read")

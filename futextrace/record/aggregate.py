@@ -3,7 +3,12 @@
 Pure Python over plain data, so it is unit-tested on recorded dumps. Input
 `raw` (what futextrace.record.recorder collects from the kernel maps):
   counters: {name: [per-CPU values]}
+  buckets:  [{tgid, kind, hash_mask, bucket, node, per_cpu: [[lookups, atomic, kernel_checked], ...]}]
+            the exact counts (the `buckets` map and the cache); absent in old dumps,
+            where `futexes` held them
   futexes:  [{tgid, kind, uaddr, hash_mask, per_cpu: [CpuStat or its 5 values, one per CPU]}]
+            the bounded per-futex list (the `futexes` map and the cache)
+  futex_capacity: entries of the `futexes` map
   events:   [{type, t, tgid, tid, cpu, hash, hash_new, hash_mask, hash_new_mask, arg0, arg1,
               ret, nr_threads, custom, new_custom, state, comm}]
 """
@@ -93,91 +98,160 @@ def imbalance(counts: list[int]) -> dict:
     }
 
 
-def _hash_summary(kind: str, nbuckets: int, futexes: list[dict]) -> dict:
-    by_bucket: dict[tuple, dict] = {}
-    for f in futexes:
-        b = by_bucket.setdefault((f["node"], f["bucket"]), {"lookups": 0, "futexes": []})
-        b["lookups"] += f["lookups"]
-        b["futexes"].append((f["lookups"], f["uaddr"]))
-    counts = [b["lookups"] for b in by_bucket.values()]
+def _by_bucket(rows: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[(r["node"], r["bucket"])].append(r)
+    return out
+
+
+def futex_detail(lookups: int, futexes: list[dict]) -> dict:
+    """What the per-futex list (bounded: the `futexes` map and the cache) holds
+    of a hash's exact lookups, and the bounds that leaves on figures made from it."""
+    listed = _lookups(futexes)
+    missed = max(0, lookups - listed)
+    return {"complete": missed == 0, "futexes_listed": len(futexes),
+            "lookups_listed": listed, "lookups_missed": missed}
+
+
+def _futex_estimates(detail: dict, collisions: int) -> dict:
+    """Each lookup the list misses may be one more distinct futex (or collision)."""
+    missed = detail["lookups_missed"]
+    return {"distinct_futexes": {"low": detail["futexes_listed"], "high": detail["futexes_listed"] + missed},
+            "collisions": {"low": collisions, "high": collisions + missed},
+            "note": "from the per-futex list, which missed lookups_missed lookups: lower bounds; "
+                    "each missed lookup may add at most one futex or collision"}
+
+
+def _hash_summary(kind: str, nbuckets: int, brows: list[dict], futexes: list[dict]) -> dict:
+    """Bucket figures from the exact per-bucket counts; futex figures from the
+    per-futex list, with bounds when it is incomplete."""
+    lookups_of = {key: sum(r["lookups"] for r in rs) for key, rs in _by_bucket(brows).items()}
+    futexes_of = _by_bucket(futexes)
+    counts = list(lookups_of.values())
     all_counts = counts + [0] * max(0, nbuckets - len(counts))
-    hottest = sorted(by_bucket.items(), key=lambda kv: -kv[1]["lookups"])[:HOTTEST]
-    return {
+    per_bucket = [len(futexes_of.get(k, [])) for k in lookups_of]
+    collisions = sum(n - 1 for n in per_bucket if n > 1)
+    detail = futex_detail(sum(counts), futexes)
+    hottest = sorted(lookups_of.items(), key=lambda kv: -kv[1])[:HOTTEST]
+    summary = {
         "kind": kind,
         "buckets": nbuckets,
         "lookups": sum(counts),
         "distinct_futexes": len(futexes),
         "imbalance": imbalance(all_counts),
         "lookups_per_bucket_hist": _log2_slots(all_counts),
-        "futexes_per_bucket_hist": _log2_slots(
-            [len(b["futexes"]) for b in by_bucket.values()] + [0] * max(0, nbuckets - len(counts))),
-        "collisions": sum(len(b["futexes"]) - 1 for b in by_bucket.values() if len(b["futexes"]) > 1),
+        "futexes_per_bucket_hist": _log2_slots(per_bucket + [0] * max(0, nbuckets - len(counts))),
+        "collisions": collisions,
         # kprobe method: lookups whose bucket was also taken from the kernel's
         # returned pointer (any disagreement is in totals.kernel_mismatch).
-        "kernel_checked": sum(f["lookups"] for f in futexes if f.get("kernel_bucket", UNKNOWN) != UNKNOWN),
+        "kernel_checked": sum(r.get("kernel_checked", 0) for r in brows),
+        "futex_detail": detail,
         "hottest": [{
-            "bucket": bucket, "node": None if node < 0 else node, "lookups": b["lookups"],
-            "futexes": len(b["futexes"]),
-            "addresses": [hex(a) for _, a in sorted(b["futexes"], reverse=True)[:ADDRS_PER_BUCKET]],
-        } for (node, bucket), b in hottest],
-        "bucket_counts": {f"{n}:{b}" if n >= 0 else str(b): v["lookups"]
-                          for (n, b), v in sorted(by_bucket.items())},
+            "bucket": bucket, "node": None if node < 0 else node, "lookups": n,
+            "futexes": len(futexes_of.get((node, bucket), [])),
+            "addresses": [hex(f["uaddr"]) for f in sorted(futexes_of.get((node, bucket), []),
+                                                        key=lambda f: -f["lookups"])[:ADDRS_PER_BUCKET]],
+        } for (node, bucket), n in hottest],
+        "bucket_counts": {f"{n}:{b}" if n >= 0 else str(b): v for (n, b), v in sorted(lookups_of.items())},
     }
+    if not detail["complete"]:
+        summary["estimates"] = _futex_estimates(detail, collisions)
+    return summary
 
 
-def _futex_rows(entries: list[dict], cpu_node: dict[int, int]) -> tuple[list[dict], dict]:
-    """One row per futex with lookups (CPUs summed), and the per-CPU lookup totals."""
+def _futex_rows(entries: list[dict]) -> list[dict]:
+    """One row per futex of the per-futex list with lookups (CPUs summed)."""
     futexes = []
-    per_cpu = defaultdict(lambda: {"lookups": 0, "private": 0, "global": 0, "atomic": 0})
     for e in merge_futexes(entries):
         st = total_of(e["per_cpu"])
         if not st.lookups:
             continue
         kind = KIND_NAMES.get(e["kind"], str(e["kind"]))
-        node = st.node
         futexes.append({"tgid": e["tgid"], "kind": kind, "uaddr": e["uaddr"],
                         "hash_mask": e["hash_mask"] if kind == "private" else 0,   # global_numa: the node
                         "lookups": st.lookups, "atomic": st.atomic,
-                        "bucket": st.bucket, "node": node, "kernel_bucket": st.kernel_bucket})
+                        "bucket": st.bucket, "node": st.node, "kernel_bucket": st.kernel_bucket})
+    return futexes
+
+
+def buckets_from_futexes(entries: list[dict]) -> list[dict]:
+    """Raw bucket entries from raw futex entries: for dumps made before the
+    `buckets` map, whose futex lists were the exact counts."""
+    out = []
+    for e in entries:
         for cpu, v in enumerate(e["per_cpu"]):
-            if v.lookups:
-                pc = per_cpu[cpu]
-                pc["lookups"] += v.lookups
-                pc["atomic"] += v.atomic
-                pc["private" if kind == "private" else "global"] += v.lookups
-    return futexes, per_cpu
+            st = CpuStat(*v)
+            if st.lookups:
+                per_cpu = [[0, 0, 0] for _ in e["per_cpu"]]
+                per_cpu[cpu] = [st.lookups, st.atomic, st.lookups if st.kernel_bucket != UNKNOWN else 0]
+                out.append({"tgid": e["tgid"], "kind": e["kind"], "hash_mask": e["hash_mask"],
+                            "bucket": st.bucket, "node": st.node, "per_cpu": per_cpu})
+    return out
 
 
-def _lookups(futexes: list[dict]) -> int:
-    return sum(f["lookups"] for f in futexes)
+def _bucket_rows(entries: list[dict]) -> tuple[list[dict], dict]:
+    """One row per bucket (the map's and the cache's counts added), and the
+    per-CPU lookup totals: the exact counts."""
+    merged: dict[tuple, dict] = {}
+    per_cpu = defaultdict(lambda: {"lookups": 0, "private": 0, "global": 0, "atomic": 0})
+    for e in entries:
+        kind = KIND_NAMES.get(e["kind"], str(e["kind"]))
+        key = (e["tgid"], kind, e["hash_mask"] if kind == "private" else 0, e["bucket"], e["node"])
+        row = merged.setdefault(key, {"tgid": key[0], "kind": kind, "hash_mask": key[2], "bucket": key[3],
+                                      "node": key[4], "lookups": 0, "atomic": 0, "kernel_checked": 0})
+        for cpu, (lookups, atomic, checked) in enumerate(e["per_cpu"]):
+            if not lookups:
+                continue
+            row["lookups"] += lookups
+            row["atomic"] += atomic
+            row["kernel_checked"] += checked
+            pc = per_cpu[cpu]
+            pc["lookups"] += lookups
+            pc["atomic"] += atomic
+            pc["private" if kind == "private" else "global"] += lookups
+    return [r for r in merged.values() if r["lookups"]], per_cpu
 
 
-def _process_hashes(fs: list[dict], global_buckets: int) -> list[dict]:
+def _lookups(rows: list[dict]) -> int:
+    return sum(r["lookups"] for r in rows)
+
+
+def _group(rows: list[dict], key) -> dict:
+    out: dict = defaultdict(list)
+    for r in rows:
+        out[key(r)].append(r)
+    return out
+
+
+def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int) -> list[dict]:
     """One summary per hash a process used, busiest first."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for f in fs:
-        groups[(f["kind"], f["hash_mask"])].append(f)
+    def hash_of(r):
+        return (r["kind"], r["hash_mask"])
+    groups, listed = _group(brows, hash_of), _group(futexes, hash_of)
     hashes = []
     for (kind, mask), group in sorted(groups.items(), key=lambda kv: -_lookups(kv[1])):
+        fs = listed.get((kind, mask), [])
         if kind == "private":
-            hashes.append(_hash_summary("private", mask + 1, group))
+            hashes.append(_hash_summary("private", mask + 1, group, fs))
         elif kind == "global_shared":
             hashes.append({"kind": "global_shared", "buckets": global_buckets,
-                           "lookups": _lookups(group), "distinct_futexes": len(group),
+                           "lookups": _lookups(group), "distinct_futexes": len(fs),
+                           "futex_detail": futex_detail(_lookups(group), fs),
                            "note": "shared futexes: bucket not computable from a tracepoint"})
         else:
-            hashes.append(_hash_summary(kind, global_buckets, group))
+            hashes.append(_hash_summary(kind, global_buckets, group, fs))
     return hashes
 
 
-def _processes(futexes: list[dict], comms: dict[int, str], global_buckets: int) -> list[dict]:
-    by_tgid: dict[int, list[dict]] = defaultdict(list)
-    for f in futexes:
-        by_tgid[f["tgid"]].append(f)
-    return [{"pid": tgid, "comm": comms.get(tgid, ""), "lookups": _lookups(fs),
-             "atomic_lookups": sum(f["atomic"] for f in fs if f["kind"] == "private"),
-             "hashes": _process_hashes(fs, global_buckets), "futex_list": futex_list(fs)}
-            for tgid, fs in sorted(by_tgid.items(), key=lambda kv: -_lookups(kv[1]))]
+def _processes(brows: list[dict], futexes: list[dict], comms: dict[int, str],
+               global_buckets: int) -> list[dict]:
+    by_tgid, listed = _group(brows, lambda r: r["tgid"]), _group(futexes, lambda r: r["tgid"])
+    return [{"pid": tgid, "comm": comms.get(tgid, ""), "lookups": _lookups(rs),
+             "atomic_lookups": sum(r["atomic"] for r in rs if r["kind"] == "private"),
+             "hashes": _process_hashes(rs, listed.get(tgid, []), global_buckets),
+             "futex_list": futex_list(listed.get(tgid, []))}
+            for tgid, rs in sorted(by_tgid.items(), key=lambda kv: -_lookups(kv[1]))]
 
 
 def _per_cpu_rows(per_cpu: dict, cpu_node: dict[int, int], counters: dict[str, list[int]]) -> list[dict]:
@@ -224,7 +298,9 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
     cpu_node = {int(k): v for k, v in kernel.get("cpu_node", {}).items()}
     global_buckets = kernel.get("global_hash", {}).get("buckets_per_node", 0) * len(kernel.get("nodes") or [0])
     counters = {k: sum(v) for k, v in raw["counters"].items()}
-    futexes, per_cpu = _futex_rows(raw["futexes"], cpu_node)
+    futexes = _futex_rows(raw["futexes"])
+    buckets = raw["buckets"] if "buckets" in raw else buckets_from_futexes(raw["futexes"])
+    brows, per_cpu = _bucket_rows(buckets)
     per_cpu_rows = _per_cpu_rows(per_cpu, cpu_node, raw["counters"])
     at_attach = raw.get("hash_at_attach") or {"source": "unavailable", "complete": False, "processes": {},
                                               "note": "not read (a recording made without it)"}
@@ -233,10 +309,11 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
     rec = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,
-        "totals": _totals(counters, raw, duration_s),
-        "processes": _processes(futexes, comms or {}, global_buckets),
+        "totals": {**_totals(counters, raw, duration_s),
+                   "futex_list": _futex_list(raw, counters, brows, futexes)},
+        "processes": _processes(brows, futexes, comms or {}, global_buckets),
         "per_cpu": per_cpu_rows, "per_node": _per_node_rows(per_cpu_rows),
-        "refcount": _refcount(counters, method, futexes), "resizes": timeline["resizes"],
+        "refcount": _refcount(counters, method, brows), "resizes": timeline["resizes"],
         "threads": timeline["threads"], "hash_states": timeline["hash_states"],
         "intervals": raw.get("intervals", []), "hash_at_attach": at_attach,
     }
@@ -244,11 +321,17 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
     return rec
 
 
-def _refcount(counters: dict, method: dict, futexes: list[dict]) -> dict:
+def _futex_list(raw: dict, counters: dict, brows: list[dict], futexes: list[dict]) -> dict:
+    """The per-futex list as a whole: how much of the exact count it holds."""
+    return {"capacity": raw.get("futex_capacity"), "full": bool(counters.get("FUTEXES_FULL", 0)),
+            **futex_detail(_lookups(brows), futexes)}
+
+
+def _refcount(counters: dict, method: dict, brows: list[dict]) -> dict:
     if method.get("name") == "tracepoint":
         # Every private-hash lookup takes one reference and drops it again.
-        private = sum(f["lookups"] for f in futexes if f["kind"] == "private")
-        atomic = sum(f["atomic"] for f in futexes if f["kind"] == "private")
+        private = sum(r["lookups"] for r in brows if r["kind"] == "private")
+        atomic = sum(r["atomic"] for r in brows if r["kind"] == "private")
         return {"source": "inferred: one get and one put per private-hash lookup (tracepoint method)",
                 "get_percpu": private - atomic, "get_atomic": atomic,
                 "put_percpu": private - atomic, "put_atomic": atomic}

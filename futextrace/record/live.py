@@ -26,6 +26,17 @@ def snapshot(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
     return out
 
 
+def bucket_snapshot(buckets: list[dict]) -> dict[tuple, tuple[int, tuple]]:
+    """The same shape from the exact per-bucket counts (MapReader.buckets): keyed
+    by (tgid, kind, (node, bucket), hash_mask), so processes() reads it alike."""
+    out: dict[tuple, tuple[int, tuple]] = {}
+    for b in buckets:
+        where = (b["node"], b["bucket"])
+        key = (b["tgid"], b["kind"], where, b["hash_mask"])
+        out[key] = (out.get(key, (0, where))[0] + sum(v[0] for v in b["per_cpu"]), where)
+    return out
+
+
 def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -> list[dict]:
     """Per process, what happened between two snapshots: lookups and their rate,
     the hash that took most of them, how many of its futexes and buckets were
@@ -108,13 +119,18 @@ class IntervalReporter:
         self.rows: list[dict] = []
         self._totals: dict[str, int] = {}
         self._snapshot: dict = {}
+        self._bucket_snapshot: dict = {}
         self._elapsed = 0.0
         self._missed = 0
 
     def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
             missed_runs: int, resize_events: int, comm_of, comms: dict[int, str],
-            events: list[dict] | None = None, infer_prctl: bool = False) -> dict:
-        """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_of)."""
+            buckets: list[dict] | None = None, events: list[dict] | None = None,
+            infer_prctl: bool = False) -> dict:
+        """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_of).
+        With `buckets` (the exact counts), each process's lookups, hash and buckets
+        come from them, and only its futex count from the bounded per-futex list;
+        with `events`, each process's installed and pending hash."""
         c = {k: sum(v) for k, v in counters.items()}
         prev = self._totals or {k: 0 for k in c}
         delta = {k: c[k] - prev.get(k, 0) for k in c}
@@ -129,12 +145,19 @@ class IntervalReporter:
                "lost_events": delta["LOST_EVENTS"], "missed_runs": missed,
                "resize_events": resize_events}
         snap = snapshot(futexes)
-        for pid in {k[0] for k in snap} - set(comms):
+        for pid in ({k[0] for k in snap} | {b["tgid"] for b in buckets or []}) - set(comms):
             comms[pid] = comm_of(pid)
         row["processes"] = processes(self._snapshot, snap, span, comms)
+        self._snapshot = snap
+        if buckets is not None:
+            bsnap = bucket_snapshot(buckets)
+            listed = {r["pid"]: r["futexes"] for r in row["processes"]}
+            row["processes"] = processes(self._bucket_snapshot, bsnap, span, comms)
+            for r in row["processes"]:
+                r["futexes"] = listed.get(r["pid"], 0)
+            self._bucket_snapshot = bsnap
         if events is not None:
             with_hash_state(row["processes"], events, elapsed, infer_prctl)
-        self._snapshot = snap
         self.rows.append(row)
         return row
 

@@ -20,7 +20,7 @@ from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import choose_method, refuse_unserved
-from futextrace.record import attachstate, procevents, startup, targets
+from futextrace.record import attachstate, commwatch, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
 
@@ -48,6 +48,7 @@ class RecordOptions:
     live_out: object | None = None    # output/jsonio.Output for per-interval text (None: stdout)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
+    comm_in_bpf: bool = False         # --comm: compare names in BPF even where the proc connector works
 
 
 class Recorder:
@@ -83,6 +84,24 @@ class Recorder:
         self._thread_events = 0
         self.thread_events_dropped = 0
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
+        self.comm_watch: commwatch.CommWatch | None = None
+        self.comm_how: str | None = None
+
+    def _open_comm_watch(self):
+        """--comm alone: the processes so named, kept as tgids by the proc
+        connector, so the hot path does one tgid lookup and no name compare.
+        With -p (both must hold) or without the connector: the compare in BPF."""
+        opts = self.opts
+        if not opts.comms:
+            return
+        why = "asked for" if opts.comm_in_bpf else "-p given too: both must hold"
+        if not opts.pids and not opts.comm_in_bpf:
+            self.comm_watch, why = commwatch.open_watch(opts.comms)
+        if self.comm_watch:
+            self.filters.comms, self.filters.tgid_map = [], True
+            self.comm_how = "process names resolved to tgids by the proc connector (exec, fork, exit)"
+        else:
+            self.comm_how = f"task names compared in BPF ({why})"
 
     # -- lifecycle -----------------------------------------------------------
     def start(self):
@@ -99,6 +118,7 @@ class Recorder:
             print("Tracing futex hash lookups... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
 
     def _attach(self):
+        self._open_comm_watch()
         try:
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
                                    exact_prctl=self.opts.exact_prctl)
@@ -109,6 +129,8 @@ class Recorder:
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
                                    exact_prctl=self.opts.exact_prctl)
         self.maps = MapReader(self.program)
+        if self.comm_watch:
+            self.comm_watch.start(self.program.bpf["tgid_filter"])
         self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.timings.update(self.program.timings)
         self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
@@ -121,6 +143,9 @@ class Recorder:
         return self.maps.missed_runs(kprobes=self.method == "kprobe")
 
     def close(self):
+        if self.comm_watch is not None:
+            self.comm_watch.close()
+            self.comm_watch = None
         if self.maps is not None:
             self.maps.close()
             self.maps = None
@@ -181,24 +206,29 @@ class Recorder:
             for s, h in old.items():
                 signal.signal(s, h)
 
-    def counters(self, futexes: list[dict]) -> dict[str, list[int]]:
-        return self.maps.counters(futexes)
+    def counters(self, buckets: list[dict]) -> dict[str, list[int]]:
+        return self.maps.counters(buckets)
 
     def dump_futexes(self) -> list[dict]:
         return self.maps.futexes()
 
+    def dump_buckets(self) -> list[dict]:
+        return self.maps.buckets()
+
     def _interval_report(self, elapsed: float):
         futexes = self.dump_futexes()
         resize_events = sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])
-        row = self.live.row(elapsed, futexes, self.counters(futexes), self.missed_runs(),
-                            resize_events, targets.comm_of, self.comms, events=self.events,
+        buckets = self.dump_buckets()
+        row = self.live.row(elapsed, futexes, self.counters(buckets), self.missed_runs(),
+                            resize_events, targets.comm_of, self.comms, buckets, events=self.events,
                             infer_prctl=self._method_facts()["prctl_results"] == "inferred")
         self.live.show(row)
 
     def dump(self) -> dict:
         """Everything the kernel side holds, as plain data (see aggregate.py)."""
-        futexes = self.dump_futexes()
-        return {"counters": self.counters(futexes), "futexes": futexes, "events": self.events,
+        futexes, buckets = self.dump_futexes(), self.dump_buckets()
+        return {"counters": self.counters(buckets), "buckets": buckets, "futexes": futexes,
+                "futex_capacity": self.program.max_futexes, "events": self.events,
                 "intervals": self.intervals, "missed_runs": self.missed_runs()}
 
     def _kernel_facts(self) -> dict:
@@ -221,6 +251,7 @@ class Recorder:
                 "prctl_results": "inferred" if inferred else "exit",
                 "probes": probes,
                 "probes_fallback": self.program.fallback_reason,
+                **({"comm_filter": self.comm_how} if self.comm_how else {}),
                 "refcount_probes": [p for p in probes
                                     if p.startswith("k") and ("private_hash" in p or "hash_put" in p or "hash_get" in p
                                                               or p.endswith(":futex_hash"))]}
@@ -230,6 +261,7 @@ class Recorder:
         if self.opts.hash_kind != "all":
             keep = ("private",) if self.opts.hash_kind == "private" else ("global", "global_shared", "global_numa")
             raw["futexes"] = [f for f in raw["futexes"] if KIND_NAMES.get(f["kind"]) in keep]
+            raw["buckets"] = [b for b in raw["buckets"] if KIND_NAMES.get(b["kind"]) in keep]
         kernel, method = self._kernel_facts(), self._method_facts()
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
             self.comms.setdefault(pid, targets.comm_of(pid))

@@ -93,7 +93,7 @@ def test_text_names_each_unattributed_cause():
     rec["totals"].update(unattributed=7, unattributed_causes={"map_full": 4, "user_memory_unreadable": 3},
                          mpol_assumed_no_policy=5)
     text = render_text(rec)
-    assert "4 lookups not attributed to a futex: map full (raise --max-futexes)" in text
+    assert "4 lookups not attributed to a bucket: buckets map full" in text
     assert "3 lookups not attributed: their key" in text and "BPF could not read" in text
     assert "5 FUTEX2_MPOL lookups counted as if their memory had no NUMA policy" in text
 
@@ -132,3 +132,26 @@ def test_plots_without_lookups_or_resizes(tmp_path):
     from futextrace.output.plots_recording import plot_recording
     paths = plot_recording(rec, tmp_path)
     assert all(p.read_bytes().startswith(PNG) for p in paths)
+
+
+def test_incomplete_futex_list_prints_bounds():
+    """A hash whose per-futex list missed lookups prints its futex figures as
+    ranges labelled estimates; the bucket counts are printed as they are."""
+    from futextrace.record.aggregate import build_recording
+    futex = {"tgid": 7, "kind": 0, "uaddr": 0x1000, "hash_mask": 15,
+             "per_cpu": [[5, 0, 3, -1, 0xFFFFFFFF]]}
+    bucket = {"tgid": 7, "kind": 0, "hash_mask": 15, "bucket": 3, "node": -1, "per_cpu": [[12, 0, 0]]}
+    raw = {"counters": {"PRIVATE": [12], "FUTEXES_FULL": [1]}, "futexes": [futex], "buckets": [bucket],
+           "futex_capacity": 4096}
+    rec = build_recording(raw, {"cpu_node": {"0": 0}}, {"name": "tracepoint"}, 1.0, "now")
+    h = rec["processes"][0]["hashes"][0]
+    assert h["bucket_counts"] == {"3": 12} and h["lookups"] == 12
+    assert h["futex_detail"] == {"complete": False, "futexes_listed": 1, "lookups_listed": 5, "lookups_missed": 7}
+    assert h["estimates"]["distinct_futexes"] == {"low": 1, "high": 8}
+    fl = rec["totals"]["futex_list"]
+    assert fl["full"] and fl["lookups_missed"] == 7 and fl["capacity"] == 4096
+    rec["method"].update(why="test", probes=[], blind_spots=[])
+    rec.update(resizes=[], threads=[], hash_states=[])
+    text = render_text(rec)
+    assert "1..8 distinct futexes (estimate" in text
+    assert "7 lookups not in it" in text

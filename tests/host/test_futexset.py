@@ -1,0 +1,78 @@
+"""Exact per-bucket counts for more distinct futexes than any map holds.
+
+tests/data/manyfutexes.c uses 100,000 distinct private futexes (the per-futex
+map is cut to 4096 entries, the per-CPU cache holds 4096 slots), futex i
+1 + i % 3 times, under a custom 64-slot hash. Expected per-bucket counts come
+from the tests' own jhash2 (fidelity_ref.py) of the known addresses, and the
+slot count from the process's own PR_FUTEX_HASH_GET_SLOTS.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fidelity_ref  # noqa: E402
+from conftest import needs_bpf, needs_private_hash  # noqa: E402
+
+pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
+FT = [sys.executable, "-m", "futextrace.cli"]
+DATA = Path(__file__).parent.parent / "data"
+NFUTEXES = 100_000
+LIST_CAPACITY = 4096
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler: run scripts/bootstrap.sh"
+    tmp = tmp_path_factory.mktemp("futexset")
+    exe, rec_path, wl_path = tmp / "many", tmp / "rec.json", tmp / "wl.json"
+    subprocess.run([cc, "-O2", "-o", str(exe), str(DATA / "manyfutexes.c")], check=True)
+    p = subprocess.run([*FT, "record", "-q", "--method", "tracepoint", "--max-futexes", str(LIST_CAPACITY),
+                        "--json", str(rec_path), "--", str(exe), str(wl_path), str(NFUTEXES)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    wl = json.loads(wl_path.read_text())
+    rec = json.loads(rec_path.read_text())
+    return rec, wl
+
+
+def expected_buckets(wl: dict) -> Counter:
+    mask = wl["slots"] - 1
+    want = Counter()
+    for i in range(wl["futexes"]):
+        want[fidelity_ref.private_bucket(wl["base"] + 4 * i, mask)] += 1 + i % 3
+    return want
+
+
+def test_bucket_counts_exact_beyond_every_map(recorded):
+    rec, wl = recorded
+    assert wl["slots"] == 64
+    proc = next(p for p in rec["processes"] if p["pid"] == wl["pid"])
+    private = [h for h in proc["hashes"] if h["kind"] == "private"]
+    assert len(private) == 1 and private[0]["buckets"] == wl["slots"]
+    got = {int(b): n for b, n in private[0]["bucket_counts"].items()}
+    assert got == dict(expected_buckets(wl))
+    assert proc["lookups"] == sum(1 + i % 3 for i in range(NFUTEXES))
+    assert rec["totals"]["unattributed"] == 0
+
+
+def test_futex_list_says_what_it_misses(recorded):
+    rec, wl = recorded
+    proc = next(p for p in rec["processes"] if p["pid"] == wl["pid"])
+    h = next(h for h in proc["hashes"] if h["kind"] == "private")
+    detail = h["futex_detail"]
+    assert not detail["complete"]
+    assert detail["lookups_listed"] + detail["lookups_missed"] == h["lookups"]
+    assert detail["lookups_missed"] > 0 and detail["futexes_listed"] < NFUTEXES
+    est = h["estimates"]["distinct_futexes"]
+    assert est["low"] <= NFUTEXES <= est["high"]
+    fl = rec["totals"]["futex_list"]
+    assert fl["capacity"] == LIST_CAPACITY and fl["full"] and not fl["complete"]
