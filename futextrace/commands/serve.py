@@ -62,7 +62,7 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     serving = None
     try:
         rec = ServeRecorder(RecordOptions(pids=list(pids), comms=list(comms), cgroups=list(cgroups),
-                                     method=method, max_futexes=max_futexes))
+                                     method=method, max_futexes=max_futexes, announce=False))
         rec.start()
         collector = FutexCollector(rec, max_processes, grace_s, min_interval)
         try:
