@@ -47,7 +47,7 @@ def struct_format(ctype) -> tuple[str, list[str]]:
     return fmt, names
 
 
-def lookup_batch(table) -> tuple[bytes, bytes, int] | None:
+def lookup_batch(table) -> tuple[memoryview, memoryview, int] | None:
     """(keys buffer, values buffer, count) of the whole map, or None where
     the kernel has no batch lookup for it."""
     from bcc import lib
@@ -71,7 +71,9 @@ def lookup_batch(table) -> tuple[bytes, bytes, int] | None:
                 return None
             raise OSError(err, f"BPF_MAP_LOOKUP_BATCH failed on {table.name if hasattr(table, 'name') else 'map'}")
         token_in.value, first = token_out.value, False
-    return bytes(keys)[:ct.sizeof(table.Key) * total], bytes(values)[:ct.sizeof(table.Leaf) * total], total
+    # Views, not copies: a full map's buffers are megabytes, read every scrape.
+    return (memoryview(keys).cast("B")[:ct.sizeof(table.Key) * total],
+            memoryview(values).cast("B")[:ct.sizeof(table.Leaf) * total], total)
 
 
 class BatchRecorder(Recorder):
