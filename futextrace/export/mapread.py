@@ -217,7 +217,8 @@ class ServeRecorder(BatchRecorder):
         f = summary.merge(*self.futex_arrays())
         private, atomic, global_ = summary.lookups_by_kind(f)
         hidden = np.isin(f["tgid"], np.fromiter(self.forgotten, dtype=np.uint64))
-        self.forgotten &= set(np.unique(f["tgid"][hidden]).tolist())   # still in the cache
+        # Kept while still in the cache, and only while gone: a reused PID is a new process.
+        self.forgotten = {t for t in np.unique(f["tgid"][hidden]).tolist() if not targets.alive(t)}
         shown = {k: v[~hidden] for k, v in f.items()}
         private, atomic = private + self.folded["private"], atomic + self.folded["atomic"]
         counters = {k: sum(v) for k, v in self.maps.counters([]).items()}
