@@ -50,7 +50,7 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     from futextrace.export import server as http
     from futextrace.export.collector import FutexCollector
     from futextrace.record import targets
-    from futextrace.export.mapread import ServeRecorder
+    from futextrace.export.serve_recorder import ServeRecorder
     from futextrace.record.recorder import RecordOptions
 
     addr, port = http.parse_listen(listen)

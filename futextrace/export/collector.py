@@ -8,7 +8,7 @@ often. The floor is `min_interval`, or COST_FACTOR times what the last read
 took if that is longer (a full 65536-futex map takes seconds to summarise on a
 small machine), so reading costs at most 1/COST_FACTOR of a CPU. Nothing is
 done per event. After each read, processes gone for the grace period are
-forgotten by the recorder (Retention; mapread.ServeRecorder.forget), so the
+forgotten by the recorder (Retention; serve_recorder.ServeRecorder.forget), so the
 exporter's state follows the live processes, not every process ever seen.
 """
 from __future__ import annotations

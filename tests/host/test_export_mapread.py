@@ -56,7 +56,7 @@ def test_lean_reading_equals_the_full_recordings():
     one automatic, many futexes in the map and in the per-CPU cache. Traced
     by PID: another process's lookups could evict a slot of the cache into
     the map between the two reads."""
-    from futextrace.export.mapread import ServeRecorder
+    from futextrace.export.serve_recorder import ServeRecorder
     from futextrace.export.reading import from_recording
     from futextrace.record.recorder import RecordOptions, Recorder
     from futextrace.workload.build import workload_path
