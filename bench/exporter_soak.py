@@ -10,7 +10,9 @@ scrapes: its ring-buffer polling only), then scrapes /metrics every second
 and prints, every --every seconds: the exporter's RSS, its CPU per scrape
 (CPU time over the window minus the idle rate, divided by the scrapes), the
 scrape latency, the number of series served and of labelled processes, and
-the time one read of the kernel maps took.
+the time one read of the kernel maps took, and what the exporter's recorder
+retains (events, per-process comms: bounded by the live processes and those
+in their grace period).
 
     sudo .venv/bin/python bench/exporter_soak.py --minutes 10
 
@@ -63,7 +65,9 @@ def series_figures(text: str) -> dict:
             "tracked": int(value('futextrace_exporter_processes{state="tracked"}')),
             "read_ms": value("futextrace_exporter_map_read_seconds") * 1000,
             "reads": int(value("futextrace_exporter_map_reads_total")),
-            "unattributed": int(value("futextrace_unattributed_lookups_total"))}
+            "unattributed": int(value("futextrace_unattributed_lookups_total")),
+            "events": int(value('futextrace_exporter_retained{kind="events"}')),
+            "comms": int(value('futextrace_exporter_retained{kind="comms"}'))}
 
 
 def start_exporter(port: int, max_processes: int) -> subprocess.Popen:
@@ -85,7 +89,7 @@ def idle_cpu_rate(pid: int, seconds: float) -> float:
 
 def soak(url: str, pid: int, seconds: float, every: float, idle_rate: float, spawn) -> None:
     print("  t(s)  RSS(MiB)  CPU/scrape(ms)  scrape p50/max(ms)  series  labelled  tracked  "
-          "map read(ms)  unattributed", flush=True)
+          "map read(ms)  unattributed  kept events/comms", flush=True)
     t_start = time.monotonic()
     while time.monotonic() - t_start < seconds:
         c0, w0, lat = cpu_s(pid), time.monotonic(), []
@@ -102,7 +106,8 @@ def soak(url: str, pid: int, seconds: float, every: float, idle_rate: float, spa
         rss = rss_kib(pid) or 0
         print(f"{time.monotonic() - t_start:6.0f}  {rss / 1024:8.1f}  {per_scrape * 1000:14.1f}  "
               f"{statistics.median(lat) * 1000:8.1f}/{max(lat) * 1000:<9.1f}  {f['series']:6}  "
-              f"{f['labelled']:8}  {f['tracked']:7}  {f['read_ms']:12.1f}  {f['unattributed']:12}",
+              f"{f['labelled']:8}  {f['tracked']:7}  {f['read_ms']:12.1f}  {f['unattributed']:12}  "
+              f"{f['events']:6}/{f['comms']}",
               flush=True)
 
 

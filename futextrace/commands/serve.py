@@ -50,7 +50,7 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     from futextrace.export import server as http
     from futextrace.export.collector import FutexCollector
     from futextrace.record import targets
-    from futextrace.export.mapread import BatchRecorder
+    from futextrace.export.serve_recorder import ServeRecorder
     from futextrace.record.recorder import RecordOptions
 
     addr, port = http.parse_listen(listen)
@@ -61,8 +61,8 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     httpd = http.bind(addr, port, registry)   # before attaching: a busy port leaves nothing behind
     serving = None
     try:
-        rec = BatchRecorder(RecordOptions(pids=list(pids), comms=list(comms), cgroups=list(cgroups),
-                                     method=method, max_futexes=max_futexes))
+        rec = ServeRecorder(RecordOptions(pids=list(pids), comms=list(comms), cgroups=list(cgroups),
+                                     method=method, max_futexes=max_futexes, announce=False))
         rec.start()
         collector = FutexCollector(rec, max_processes, grace_s, min_interval)
         try:

@@ -7,16 +7,19 @@ scrapers, or a scraper gone wild, cannot make the exporter read the maps more
 often. The floor is `min_interval`, or COST_FACTOR times what the last read
 took if that is longer (a full 65536-futex map takes seconds to summarise on a
 small machine), so reading costs at most 1/COST_FACTOR of a CPU. Nothing is
-done per event.
+done per event. After each read, processes gone for the grace period are
+forgotten by the recorder (Retention; serve_recorder.ServeRecorder.forget), so the
+exporter's state follows the live processes, not every process ever seen.
 """
 from __future__ import annotations
 
 import sys
 import threading
 import time
+from collections import Counter
 
 from futextrace.export.families import exporter_families, families
-from futextrace.export.reading import from_recording
+from futextrace.export.reading import from_recording, result_name
 from futextrace.export.series import HighWater, SeriesBook
 from futextrace.record import targets
 
@@ -32,6 +35,8 @@ class FutexCollector:
         self.alive = alive
         self.background = background
         self.book = SeriesBook(max_processes, grace_s)
+        self.retention = Retention(grace_s)
+        self.folded_resizes: Counter = Counter()   # resizes of forgotten processes
         self.highwater = HighWater()
         self.stats = {"reads": 0, "errors": 0, "read_s": 0.0, "floor_s": min_interval}
         self.lock = threading.Lock()       # guards the cached answer and the read in flight
@@ -83,10 +88,14 @@ class FutexCollector:
             if self.closed:
                 return
             t0, cpu0 = time.perf_counter(), time.thread_time()
-            reading = from_recording(self.recorder.recording(now - self.started))
+            rec = self.recorder.recording(now - self.started)
+            reading = from_recording(rec)
+            reading.resizes = dict(Counter(reading.resizes) + self.folded_resizes)
+            self._forget_gone(rec, reading, now)
             self.book.update({pid: (p.comm, p.lookups) for pid, p in reading.processes.items()},
                              now, self.alive)
             self.stats["reads"] += 1
+            self.stats["history"] = getattr(self.recorder, "history_size", dict)()
             self.stats["read_s"] = time.perf_counter() - t0
             # The floor follows the CPU the read took, not its wall time: on a busy
             # host the read waits for a CPU, and that costs nothing.
@@ -95,6 +104,19 @@ class FutexCollector:
         with self.lock:
             self.cached = fams
 
+    def _forget_gone(self, rec: dict, reading, now: float) -> None:
+        """Processes gone for the grace period leave the recorder (events,
+        comm, map entries), their resizes folded into one counter here."""
+        forget = getattr(self.recorder, "forget", None)
+        if forget is None:
+            return
+        known = set(reading.processes) | self.recorder.known_tgids()
+        expired = self.retention.expired(known, now, self.alive)
+        if expired:
+            self.folded_resizes.update((z["trigger"], result_name(z["result"])) for z in rec["resizes"]
+                                       if z["pid"] in expired and z.get("result") is not None)
+            forget(expired)
+
     def close(self):
         """After this, scrapes get no futextrace metrics and no read is running
         (the maps are going away)."""
@@ -102,3 +124,22 @@ class FutexCollector:
             self.closed = True
         with self.read_lock:
             pass
+
+
+class Retention:
+    """Which processes to forget: those seen gone for `grace_s` seconds."""
+
+    def __init__(self, grace_s: float):
+        self.grace_s = grace_s
+        self.gone: dict[int, float] = {}   # tgid -> when first seen gone
+
+    def expired(self, tgids: set[int], now: float, alive) -> set[int]:
+        for t in tgids - self.gone.keys():
+            if not alive(t):
+                self.gone[t] = now
+        for t in self.gone.keys() - tgids:   # forgotten by other means: nothing to keep
+            del self.gone[t]
+        out = {t for t, since in self.gone.items() if now - since >= self.grace_s}
+        for t in out:
+            del self.gone[t]
+        return out

@@ -125,6 +125,14 @@ def exporter_families(book: SeriesBook, stats: dict) -> list:
     exp.add_metric(["exited"], len(book.exited))
     exp.add_metric(["tracked"], len(book.procs))
     out.append(exp)
+    hist = GaugeMetricFamily("futextrace_exporter_retained", "What the exporter's recorder keeps "
+                             "between reads: events (resize history of live processes and of "
+                             "those in their grace period), comms, states (per-process), "
+                             "forgotten (gone processes whose futexes are still in the per-CPU "
+                             "cache)", labels=["kind"])
+    for kind, n in sorted(stats.get("history", {}).items()):
+        hist.add_metric([kind], n)
+    out.append(hist)
     out.append(CounterMetricFamily("futextrace_exporter_map_reads", "Reads of the kernel maps "
                                    "(only when scraped, at most one per read floor)",
                                    value=stats["reads"]))

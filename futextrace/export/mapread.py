@@ -6,7 +6,8 @@ every CPU's value): ~7 s for a full 65536-entry map on the 2-CPU build
 machine. Here the map comes out in a few BPF_MAP_LOOKUP_BATCH calls into one
 buffer, and keys and per-CPU values are unpacked with struct formats derived
 from BCC's ctypes view of bpf/futextrace.h (no second layout definition).
-Kernels that refuse batch lookups get the recorder's own walk.
+Kernels that refuse batch lookups get the recorder's own walk. (`futextrace
+serve` reads the same buffers as numpy arrays: export/serve_recorder.py.)
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def struct_format(ctype) -> tuple[str, list[str]]:
     return fmt, names
 
 
-def lookup_batch(table) -> tuple[bytes, bytes, int] | None:
+def lookup_batch(table) -> tuple[memoryview, memoryview, int] | None:
     """(keys buffer, values buffer, count) of the whole map, or None where
     the kernel has no batch lookup for it."""
     from bcc import lib
@@ -63,7 +64,9 @@ def lookup_batch(table) -> tuple[bytes, bytes, int] | None:
                 return None
             raise OSError(err, f"BPF_MAP_LOOKUP_BATCH failed on {table.name if hasattr(table, 'name') else 'map'}")
         token_in.value, first = token_out.value, False
-    return bytes(keys)[:ct.sizeof(table.Key) * total], bytes(values)[:ct.sizeof(table.Leaf) * total], total
+    # Views, not copies: a full map's buffers are megabytes, read every scrape.
+    return (memoryview(keys).cast("B")[:ct.sizeof(table.Key) * total],
+            memoryview(values).cast("B")[:ct.sizeof(table.Leaf) * total], total)
 
 
 class BatchRecorder(Recorder):

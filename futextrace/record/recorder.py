@@ -83,6 +83,7 @@ class Recorder:
         self.output_error: str | None = None   # a write error that ended the run early
         self._thread_events = 0
         self.thread_events_dropped = 0
+        self.max_thread_events = MAX_THREAD_EVENTS   # the exporter keeps none (no thread list)
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
         self.comm_watch: commwatch.CommWatch | None = None
         self.comm_how: str | None = None
@@ -176,7 +177,7 @@ class Recorder:
                      or self._last_state.get(ev["tgid"]) == state)
         if ev["type"] == EVENT["FTE_NEWTASK"]:
             self._last_state[ev["tgid"]] = state
-        return not (unchanged and self._thread_events > MAX_THREAD_EVENTS)
+        return not (unchanged and self._thread_events > self.max_thread_events)
 
     # -- the loop ------------------------------------------------------------
     def run(self, until=None) -> float:

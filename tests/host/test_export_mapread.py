@@ -48,3 +48,40 @@ def test_batched_read_equals_the_bcc_walk():
         wl.wait()
         if rec is not None:
             rec.close()
+
+
+def test_lean_reading_equals_the_full_recordings():
+    """What the exporter serves from summary.py's arrays is what it would
+    serve from build_recording: two stopped workloads, one on a custom hash,
+    one automatic, many futexes in the map and in the per-CPU cache. Traced
+    by PID: another process's lookups could evict a slot of the cache into
+    the map between the two reads."""
+    from futextrace.export.serve_recorder import ServeRecorder
+    from futextrace.export.reading import from_recording
+    from futextrace.record.recorder import RecordOptions, Recorder
+    from futextrace.workload.build import workload_path
+    rec = None
+    wls = [subprocess.Popen([str(workload_path()), "-t", "2", "-f", str(nf), "-r", "60", *more],
+                            stdout=subprocess.DEVNULL)
+           for nf, more in ((12000, ["-b", "64"]), (3000, []))]
+    try:
+        time.sleep(0.3)
+        rec = ServeRecorder(RecordOptions(pids=[wl.pid for wl in wls], method="tracepoint", announce=False))
+        rec.start()
+        time.sleep(2.0)
+        for wl in wls:
+            wl.send_signal(signal.SIGSTOP)
+        time.sleep(0.3)
+        lean = from_recording(rec.recording(1.0))
+        full = from_recording(Recorder.recording(rec, 1.0))
+        assert set(full.processes) == {wl.pid for wl in wls}
+        assert lean.processes == full.processes
+        assert full.processes[wls[0].pid].buckets == 64 and full.processes[wls[0].pid].futexes >= 10000
+        assert (lean.lookups, lean.refcount, lean.totals) == (full.lookups, full.refcount, full.totals)
+        assert (lean.resizes, lean.info, lean.refcount_source) == (full.resizes, full.info, full.refcount_source)
+    finally:
+        for wl in wls:
+            wl.kill()
+            wl.wait()
+        if rec is not None:
+            rec.close()

@@ -187,3 +187,15 @@ def test_a_failed_read_keeps_the_last_one_and_is_counted(capsys):
     assert lookups == {k: v for k, v in before.items() if k[0] == "futextrace_lookups_total"}
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("futextrace: warning: reading the maps failed")
+
+
+def test_retention_forgets_the_gone_once_after_the_grace_period():
+    from futextrace.export.collector import Retention
+    r = Retention(grace_s=10)
+    alive = {1: True, 2: False, 3: False}
+    assert r.expired({1, 2}, now=0, alive=alive.get) == set()
+    assert r.expired({1, 2, 3}, now=5, alive=alive.get) == set()
+    assert r.expired({1, 2, 3}, now=10, alive=alive.get) == {2}      # gone since 0
+    assert r.expired({1, 3}, now=14, alive=alive.get) == set()       # 3 gone since 5
+    assert r.expired({1, 3}, now=15, alive=alive.get) == {3}
+    assert r.expired({1}, now=100, alive=alive.get) == set() and r.gone == {}   # the living stay

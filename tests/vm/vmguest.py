@@ -57,6 +57,7 @@ echo $rc > {out}/status.tmp && mv {out}/status.tmp {out}/status
 # Everything under QEMU/TCG is slow; FUTEXTRACE_VM_TESTS=tests/host runs all.
 GUEST_TESTS = ("tests/host/test_guest_smoke.py tests/host/test_doctor.py tests/host/test_record.py "
                "tests/host/test_explain.py")
+GUEST_TESTS += " tests/host/test_serve_guest.py" if os.environ.get("FUTEXTRACE_VM_SERVE") else ""  # opt-in
 
 RUNS: list = []     # (spec id, GuestRun) in boot order, for the terminal summary
 

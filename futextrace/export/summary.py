@@ -1,0 +1,113 @@
+"""The futexes map summarised with numpy: what a scrape needs, cheaply.
+
+record/aggregate.py's build_recording makes the full recording from a list of
+dicts; on a full map (65536 futexes, 2-CPU build machine) that is ~1 s of CPU
+per read (cProfile: merging duplicate keys with a CpuStat per CPU and futex
+0.35 s, unpacking 0.3 s, hash summaries and histograms 0.3 s). The exporter
+serves only, per process, its lookups by hash and the spread of its busiest
+private hash. This computes those fields of the recording (the names of
+docs/json-schema.md, so reading.from_recording serves them unchanged) from
+arrays: keys and per-CPU stats straight from the map's batch buffers.
+
+The rules are aggregate.py's: the cache and the map may both hold a futex
+(counts added); futexes without lookups are not counted; a bucket's spread is
+over all the hash's buckets; collisions are futexes sharing a bucket
+(futexes - 1, summed over buckets).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from futextrace.loading.layout import KIND
+from futextrace.record.aggregate import KIND_NAMES
+
+PRIVATE = KIND["FT_PRIVATE"]
+KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")
+
+
+def _runs(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): the rows sorted by cols, and where each run of equal
+    cols begins in that order."""
+    order = np.lexsort(cols[::-1])
+    change = np.zeros(len(order), dtype=bool)
+    change[:1] = True
+    for c in cols:
+        s = c[order]
+        change[1:] |= s[1:] != s[:-1]
+    return order, np.flatnonzero(change)
+
+
+def merge(keys: np.ndarray, stats: np.ndarray) -> dict[str, np.ndarray]:
+    """One row per distinct key with lookups: tgid, kind, uaddr, hash_mask,
+    lookups, atomic, bucket (CPUs and duplicate keys summed).
+    keys: structured (n,), stats: structured (n, ncpu)."""
+    lookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
+    atomic = stats["atomic_lookups"].sum(axis=1, dtype=np.uint64)
+    # The bucket as a CPU that saw the futex wrote it (the others hold zeros).
+    bucket = np.where(stats["lookups"] > 0, stats["bucket"], 0).max(axis=1) if len(keys) else np.zeros(0)
+    if not len(keys):
+        empty = np.zeros(0, dtype=np.uint64)
+        return {f: empty for f in KEY_FIELDS + ("lookups", "atomic", "bucket")}
+    order, starts = _runs([keys[f] for f in KEY_FIELDS])
+    out = {f: keys[f][order][starts].astype(np.uint64) for f in KEY_FIELDS}
+    out["lookups"] = np.add.reduceat(lookups[order], starts)
+    out["atomic"] = np.add.reduceat(atomic[order], starts)
+    out["bucket"] = np.maximum.reduceat(bucket[order], starts).astype(np.uint64)
+    seen = out["lookups"] > 0
+    return {f: v[seen] for f, v in out.items()}
+
+
+def _private_spread(f: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
+    """(tgid, hash_mask) of each private hash -> its bucket spread."""
+    priv = f["kind"] == PRIVATE
+    tgid, mask, bucket, lookups = f["tgid"][priv], f["hash_mask"][priv], f["bucket"][priv], f["lookups"][priv]
+    if not len(tgid):
+        return {}
+    order, starts = _runs([tgid, mask, bucket])        # one run per bucket
+    per_bucket = np.add.reduceat(lookups[order], starts)
+    futexes = np.diff(np.append(starts, len(order)))
+    htgid, hmask = tgid[order][starts], mask[order][starts]
+    horder, hstarts = _runs([htgid, hmask])             # one run per hash, over the buckets
+    total = np.add.reduceat(per_bucket[horder], hstarts)
+    busiest = np.maximum.reduceat(per_bucket[horder], hstarts)
+    used = np.diff(np.append(hstarts, len(horder)))
+    nfutex = np.add.reduceat(futexes[horder], hstarts)
+    out = {}
+    for i, (t, m) in enumerate(zip(htgid[horder][hstarts].tolist(), hmask[horder][hstarts].tolist())):
+        nbuckets = max(m + 1, int(used[i]))
+        mean = int(total[i]) / nbuckets
+        out[(t, m)] = {"imbalance": {"max_over_mean": int(busiest[i]) / mean if mean else 0.0,
+                                     "used": int(used[i])},
+                       "collisions": int(nfutex[i] - used[i]), "distinct_futexes": int(nfutex[i])}
+    return out
+
+
+def processes(f: dict[str, np.ndarray], comms, global_buckets: int) -> list[dict]:
+    """The recording's `processes`, with the hash fields reading.py uses:
+    each process's hashes busiest first (kind, buckets, lookups, and for
+    private ones the bucket spread)."""
+    if not len(f["tgid"]):
+        return []
+    # Global hashes are one hash whatever the node (aggregate.py's rows zero their mask).
+    mask = np.where(f["kind"] == PRIVATE, f["hash_mask"], 0)
+    order, starts = _runs([f["tgid"], f["kind"], mask])
+    lookups = np.add.reduceat(f["lookups"][order], starts).tolist()
+    spread = _private_spread(f)
+    by_tgid: dict[int, list[dict]] = {}
+    for t, k, m, n in zip(f["tgid"][order][starts].tolist(), f["kind"][order][starts].tolist(),
+                          mask[order][starts].tolist(), lookups):
+        kind = KIND_NAMES.get(k, str(k))
+        h = {"kind": kind, "buckets": m + 1 if k == PRIVATE else global_buckets, "lookups": n}
+        if k == PRIVATE:
+            h.update(spread[(t, m)])
+        by_tgid.setdefault(t, []).append(h)
+    procs = [{"pid": t, "comm": comms(t), "lookups": sum(h["lookups"] for h in hs),
+              "hashes": sorted(hs, key=lambda h: -h["lookups"])} for t, hs in by_tgid.items()]
+    return sorted(procs, key=lambda p: -p["lookups"])
+
+
+def lookups_by_kind(f: dict[str, np.ndarray]) -> tuple[int, int, int]:
+    """(private lookups, their atomic share, global lookups) of the stored futexes."""
+    priv = f["kind"] == PRIVATE
+    return (int(f["lookups"][priv].sum()), int(f["atomic"][priv].sum()),
+            int(f["lookups"][~priv].sum()))

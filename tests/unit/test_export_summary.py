@@ -1,0 +1,98 @@
+"""export/summary.py against record/aggregate.py on the same raw futexes.
+
+The exporter's lean summary must give, per process, what `record`'s
+build_recording gives for the fields the exporter serves. Random futexes of
+several processes, private hashes of several sizes, global ones, and keys
+present twice (the per-CPU cache and the map) with counts on different CPUs.
+The arrays' layout is bpf/futextrace.h's, written out here for the test."""
+import random
+
+import numpy as np
+
+from futextrace.export import summary
+from futextrace.loading.layout import KIND
+from futextrace.record.aggregate import build_recording
+
+NCPU = 3
+KEY = np.dtype({"names": ["tgid", "kind", "uaddr", "hash_mask", "pad"],
+                "formats": ["<u4", "<u4", "<u8", "<u4", "<u4"], "offsets": [0, 4, 8, 16, 20], "itemsize": 24})
+STAT = np.dtype({"names": ["lookups", "atomic_lookups", "bucket", "node", "hash_mask", "kernel_bucket"],
+                 "formats": ["<u8", "<u8", "<u4", "<i4", "<u4", "<u4"],
+                 "offsets": [0, 8, 16, 20, 24, 28], "itemsize": 32})
+KERNEL = {"global_hash": {"buckets_per_node": 256}, "nodes": [0], "cpu_node": {}}
+METHOD = {"name": "tracepoint", "prctl_results": "inferred"}
+
+
+def raw_futexes(seed: int) -> list[dict]:
+    rnd = random.Random(seed)
+    out = []
+    for tgid in rnd.sample(range(100, 200), 6):
+        for mask in rnd.sample([15, 63, 255], rnd.randint(1, 2)):
+            for _ in range(rnd.randint(1, 80)):
+                uaddr = rnd.randrange(0, 1 << 20, 4)
+                bucket = rnd.randrange(mask + 1)
+                per_cpu = [[0, 0, 0, 0, 0] for _ in range(NCPU)]
+                for cpu in rnd.sample(range(NCPU), rnd.randint(1, NCPU)):
+                    n = rnd.randint(0, 50)
+                    per_cpu[cpu] = [n, rnd.randint(0, n), bucket, -1, 0xFFFFFFFF]
+                e = {"tgid": tgid, "kind": KIND["FT_PRIVATE"], "uaddr": uaddr, "hash_mask": mask,
+                     "per_cpu": per_cpu}
+                out.append(e)
+                if rnd.random() < 0.2:   # also in the cache, counted on one CPU
+                    cache = [[0, 0, 0, 0, 0] for _ in range(NCPU)]
+                    cache[rnd.randrange(NCPU)] = [rnd.randint(1, 9), 0, bucket, -1, 0xFFFFFFFF]
+                    out.append({**e, "per_cpu": cache})
+        for _ in range(rnd.randint(0, 10)):
+            per_cpu = [[0, 0, 0, 0, 0] for _ in range(NCPU)]
+            per_cpu[rnd.randrange(NCPU)] = [rnd.randint(1, 30), 0, rnd.randrange(256), 0, 0xFFFFFFFF]
+            out.append({"tgid": tgid, "kind": KIND["FT_GLOBAL"], "uaddr": rnd.randrange(0, 1 << 20, 4),
+                        "hash_mask": 0, "per_cpu": per_cpu})
+    return out
+
+
+def arrays(futexes: list[dict]):
+    keys = np.zeros(len(futexes), dtype=KEY)
+    stats = np.zeros((len(futexes), NCPU), dtype=STAT)
+    for i, f in enumerate(futexes):
+        for name in ("tgid", "kind", "uaddr", "hash_mask"):
+            keys[name][i] = f[name]
+        for cpu, (n, atomic, bucket, node, kb) in enumerate(f["per_cpu"]):
+            stats[i, cpu] = (n, atomic, bucket, node, 0, kb)
+    return keys, stats
+
+
+def served(proc: dict) -> tuple:
+    """The hash fields reading.py takes from a process."""
+    hashes = []
+    for h in proc["hashes"]:
+        row = (h["kind"], h["buckets"], h["lookups"])
+        if h["kind"] == "private":
+            row += (round(h["imbalance"]["max_over_mean"], 9), h["imbalance"]["used"],
+                    h["collisions"], h["distinct_futexes"])
+        hashes.append(row)
+    return proc["pid"], proc["lookups"], sorted(hashes)
+
+
+def test_lean_processes_equal_build_recordings():
+    for seed in range(5):
+        futexes = raw_futexes(seed)
+        counters = {"PRIVATE": [0] * NCPU, "GLOBAL": [0] * NCPU}
+        rec = build_recording({"counters": counters, "futexes": futexes}, KERNEL, METHOD, 1.0, "")
+        f = summary.merge(*arrays(futexes))
+        lean = summary.processes(f, lambda tgid: "", 256)
+        assert len(lean) == len(rec["processes"]) == 6
+        assert sorted(map(served, lean)) == sorted(map(served, rec["processes"]))
+        # Busiest hash first, as reading.py expects.
+        for p in lean:
+            assert [h["lookups"] for h in p["hashes"]] == sorted((h["lookups"] for h in p["hashes"]), reverse=True)
+        private, atomic, global_ = summary.lookups_by_kind(f)
+        assert private == sum(pc[0] for e in futexes if e["kind"] == KIND["FT_PRIVATE"] for pc in e["per_cpu"])
+        assert private == rec["refcount"]["get_percpu"] + rec["refcount"]["get_atomic"]
+        assert atomic == rec["refcount"]["get_atomic"]
+        # (totals.global comes from the counters map, where maps.py adds the futexes' counts)
+        assert global_ == sum(pc[0] for e in futexes if e["kind"] != KIND["FT_PRIVATE"] for pc in e["per_cpu"]) > 0
+
+
+def test_empty_map():
+    f = summary.merge(*arrays([]))
+    assert summary.processes(f, str, 256) == [] and summary.lookups_by_kind(f) == (0, 0, 0)
