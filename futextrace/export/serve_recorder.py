@@ -1,7 +1,9 @@
 """The recorder `futextrace serve` runs: bounded state, millisecond reads.
 
-See ServeRecorder. The futexes map is read as mapread.py reads it (batched),
-into numpy arrays that summary.py turns into what the exporter serves.
+See ServeRecorder. The exact per-bucket counts (the `buckets` map and the
+cache) and the bounded per-futex list (the futexes map, read in batches as
+mapread.py reads it) become numpy arrays that summary.py turns into what the
+exporter serves.
 """
 from __future__ import annotations
 
@@ -102,31 +104,54 @@ class ServeRecorder(BatchRecorder):
         return keys, stats
 
     def _delete_forgotten(self, table, kb: bytes, keys, stats):
-        """Delete the futexes of forgotten processes from the map, their
-        lookups added to `folded`; the arrays without them."""
+        """Delete the futexes of forgotten processes from the per-futex list
+        (their lookups are folded from the exact `buckets` map, bucket_rows);
+        the arrays without them."""
         if not self.forgotten:
             return keys, stats
         gone = np.isin(keys["tgid"], np.fromiter(self.forgotten, dtype=np.uint64))
         from bcc import lib
         for i in np.flatnonzero(gone).tolist():
             key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
-            if lib.bpf_delete_elem(table.map_fd, ct.byref(key)) != 0:
-                gone[i] = False   # not in the map (a cache slot): counted as it is, deleted once flushed
-        priv = keys["kind"] == summary.PRIVATE
-        lookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
-        self.folded["private"] += int(lookups[gone & priv].sum())
-        self.folded["global"] += int(lookups[gone & ~priv].sum())
-        self.folded["atomic"] += int(stats["atomic_lookups"][gone & priv].sum())
+            lib.bpf_delete_elem(table.map_fd, ct.byref(key))
         return keys[~gone], stats[~gone]
+
+    def bucket_rows(self) -> list[tuple]:
+        """The exact per-bucket counts as (tgid, kind, hash_mask, bucket,
+        lookups, atomic): the `buckets` map (entries of forgotten processes
+        deleted, their lookups folded) and the cache's slots not yet flushed
+        to it. Bounded by the hash sizes in use, not by the futexes."""
+        table, rows = self.program.bpf["buckets"], []
+        for k, vals in table.items():
+            lookups, atomic = sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals)
+            if k.tgid in self.forgotten:
+                self._fold(k.kind, lookups, atomic)
+                del table[k]
+                continue
+            rows.append((k.tgid, k.kind, k.hash_mask, k.bucket, lookups, atomic))
+        for _, slot in self.maps._cache_items():
+            rows.append((slot.key.tgid, slot.key.kind, slot.key.hash_mask, slot.st.bucket,
+                         slot.st.lookups, slot.st.atomic_lookups))
+        return rows
+
+    def _fold(self, kind: int, lookups: int, atomic: int) -> None:
+        if kind == summary.PRIVATE:
+            self.folded["private"] += lookups
+            self.folded["atomic"] += atomic
+        else:
+            self.folded["global"] += lookups
 
     def recording(self, duration: float) -> dict:
         """The fields of a recording that reading.from_recording uses."""
+        b = summary.bucket_counts(self.bucket_rows())
         f = summary.merge(*self.futex_arrays())
-        private, atomic, global_ = summary.lookups_by_kind(f)
-        hidden = np.isin(f["tgid"], np.fromiter(self.forgotten, dtype=np.uint64))
+        private, atomic, global_ = summary.lookups_by_kind(b)
+        forgotten = np.fromiter(self.forgotten, dtype=np.uint64)
+        hidden = np.isin(b["tgid"], forgotten)
         # Kept while still in the cache, and only while gone: a reused PID is a new process.
-        self.forgotten = {t for t in np.unique(f["tgid"][hidden]).tolist() if not targets.alive(t)}
-        shown = {k: v[~hidden] for k, v in f.items()}
+        self.forgotten = {t for t in np.unique(b["tgid"][hidden]).tolist() if not targets.alive(t)}
+        shown = {k: v[~hidden] for k, v in b.items()}
+        listed = {k: v[~np.isin(f["tgid"], forgotten)] for k, v in f.items()}
         private, atomic = private + self.folded["private"], atomic + self.folded["atomic"]
         counters = {k: sum(v) for k, v in self.maps.counters([]).items()}
         counters["PRIVATE"] = counters.get("PRIVATE", 0) + private
@@ -138,7 +163,7 @@ class ServeRecorder(BatchRecorder):
         g = kernel["global_hash"]["buckets_per_node"] * len(kernel.get("nodes") or [0])
         return {"tool_version": __version__, "method": method, "kernel": kernel,
                 "totals": _totals(counters, {"missed_runs": self.missed_runs()}, duration),
-                "processes": summary.processes(shown, self._comm, g),
+                "processes": summary.processes(shown, listed, self._comm, g),
                 "refcount": _refcount(counters, method, [{"kind": "private", "lookups": private,
                                                           "atomic": atomic}]),
                 "resizes": timeline["resizes"], "hash_states": timeline["hash_states"]}

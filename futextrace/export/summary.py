@@ -58,56 +58,101 @@ def merge(keys: np.ndarray, stats: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _private_spread(f: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
-    """(tgid, hash_mask) of each private hash -> its bucket spread."""
+    """(tgid, hash_mask) of each private hash -> distinct futexes and
+    collisions (futexes sharing a bucket) in the per-futex list."""
     priv = f["kind"] == PRIVATE
-    tgid, mask, bucket, lookups = f["tgid"][priv], f["hash_mask"][priv], f["bucket"][priv], f["lookups"][priv]
+    tgid, mask, bucket = f["tgid"][priv], f["hash_mask"][priv], f["bucket"][priv]
     if not len(tgid):
         return {}
     order, starts = _runs([tgid, mask, bucket])        # one run per bucket
-    per_bucket = np.add.reduceat(lookups[order], starts)
     futexes = np.diff(np.append(starts, len(order)))
     htgid, hmask = tgid[order][starts], mask[order][starts]
     horder, hstarts = _runs([htgid, hmask])             # one run per hash, over the buckets
-    total = np.add.reduceat(per_bucket[horder], hstarts)
-    busiest = np.maximum.reduceat(per_bucket[horder], hstarts)
     used = np.diff(np.append(hstarts, len(horder)))
     nfutex = np.add.reduceat(futexes[horder], hstarts)
+    return {(t, m): {"collisions": int(nfutex[i] - used[i]), "distinct_futexes": int(nfutex[i])}
+            for i, (t, m) in enumerate(zip(htgid[horder][hstarts].tolist(), hmask[horder][hstarts].tolist()))}
+
+
+def bucket_counts(rows: list[tuple]) -> dict[str, np.ndarray]:
+    """The exact per-bucket counts (the `buckets` map and the cache's slots),
+    rows of (tgid, kind, hash_mask, bucket, lookups, atomic), as arrays."""
+    cols = np.array(rows, dtype=np.uint64).reshape(-1, 6)
+    return dict(zip(("tgid", "kind", "hash_mask", "bucket", "lookups", "atomic"), cols.T))
+
+
+def _hash_spread(b: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
+    """(tgid, hash_mask) of each private hash -> busiest bucket over the mean
+    and buckets used, from the exact counts (the map's and the cache's rows
+    of one bucket added)."""
+    priv = b["kind"] == PRIVATE
+    tgid, mask, bucket, lookups = b["tgid"][priv], b["hash_mask"][priv], b["bucket"][priv], b["lookups"][priv]
+    if not len(tgid):
+        return {}
+    order, starts = _runs([tgid, mask, bucket])
+    per_bucket = np.add.reduceat(lookups[order], starts)
+    htgid, hmask = tgid[order][starts], mask[order][starts]
+    horder, hstarts = _runs([htgid, hmask])
+    total = np.add.reduceat(per_bucket[horder], hstarts)
+    busiest = np.maximum.reduceat(per_bucket[horder], hstarts)
+    used = np.add.reduceat((per_bucket[horder] > 0).astype(np.int64), hstarts)
     out = {}
     for i, (t, m) in enumerate(zip(htgid[horder][hstarts].tolist(), hmask[horder][hstarts].tolist())):
-        nbuckets = max(m + 1, int(used[i]))
-        mean = int(total[i]) / nbuckets
-        out[(t, m)] = {"imbalance": {"max_over_mean": int(busiest[i]) / mean if mean else 0.0,
-                                     "used": int(used[i])},
-                       "collisions": int(nfutex[i] - used[i]), "distinct_futexes": int(nfutex[i])}
+        mean = int(total[i]) / max(m + 1, int(used[i]))
+        out[(t, m)] = {"max_over_mean": int(busiest[i]) / mean if mean else 0.0, "used": int(used[i])}
     return out
 
 
-def processes(f: dict[str, np.ndarray], comms, global_buckets: int) -> list[dict]:
+def processes(b: dict[str, np.ndarray], f: dict[str, np.ndarray], comms, global_buckets: int) -> list[dict]:
     """The recording's `processes`, with the hash fields reading.py uses:
     each process's hashes busiest first (kind, buckets, lookups, and for
-    private ones the bucket spread)."""
-    if not len(f["tgid"]):
+    private ones the bucket spread). Lookups and spread come from the exact
+    per-bucket counts `b`; futexes and collisions from the bounded per-futex
+    list `f`, with the upper bound of distinct futexes when it missed lookups
+    (aggregate.py's rules)."""
+    if not len(b["tgid"]):
         return []
     # Global hashes are one hash whatever the node (aggregate.py's rows zero their mask).
-    mask = np.where(f["kind"] == PRIVATE, f["hash_mask"], 0)
-    order, starts = _runs([f["tgid"], f["kind"], mask])
-    lookups = np.add.reduceat(f["lookups"][order], starts).tolist()
-    spread = _private_spread(f)
+    mask = np.where(b["kind"] == PRIVATE, b["hash_mask"], 0)
+    order, starts = _runs([b["tgid"], b["kind"], mask])
+    lookups = np.add.reduceat(b["lookups"][order], starts).tolist()
+    spread, listed = _hash_spread(b), _private_spread(f)
+    listed_lookups = _listed_lookups(f)
     by_tgid: dict[int, list[dict]] = {}
-    for t, k, m, n in zip(f["tgid"][order][starts].tolist(), f["kind"][order][starts].tolist(),
+    for t, k, m, n in zip(b["tgid"][order][starts].tolist(), b["kind"][order][starts].tolist(),
                           mask[order][starts].tolist(), lookups):
+        if not n:
+            continue
         kind = KIND_NAMES.get(k, str(k))
         h = {"kind": kind, "buckets": m + 1 if k == PRIVATE else global_buckets, "lookups": n}
         if k == PRIVATE:
-            h.update(spread[(t, m)])
+            fl = listed.get((t, m), {"collisions": 0, "distinct_futexes": 0})
+            h.update(imbalance=spread[(t, m)], collisions=fl["collisions"],
+                     distinct_futexes=fl["distinct_futexes"])
+            missed = max(0, n - listed_lookups.get((t, m), 0))
+            if missed:
+                h["estimates"] = {"distinct_futexes": {"low": fl["distinct_futexes"],
+                                                       "high": fl["distinct_futexes"] + missed}}
         by_tgid.setdefault(t, []).append(h)
     procs = [{"pid": t, "comm": comms(t), "lookups": sum(h["lookups"] for h in hs),
               "hashes": sorted(hs, key=lambda h: -h["lookups"])} for t, hs in by_tgid.items()]
     return sorted(procs, key=lambda p: -p["lookups"])
 
 
+def _listed_lookups(f: dict[str, np.ndarray]) -> dict[tuple[int, int], int]:
+    """(tgid, hash_mask) of each private hash -> the lookups its listed futexes hold."""
+    priv = f["kind"] == PRIVATE
+    if not priv.any():
+        return {}
+    order, starts = _runs([f["tgid"][priv], f["hash_mask"][priv]])
+    sums = np.add.reduceat(f["lookups"][priv][order], starts).tolist()
+    return {(t, m): n for t, m, n in zip(f["tgid"][priv][order][starts].tolist(),
+                                         f["hash_mask"][priv][order][starts].tolist(), sums)}
+
+
 def lookups_by_kind(f: dict[str, np.ndarray]) -> tuple[int, int, int]:
-    """(private lookups, their atomic share, global lookups) of the stored futexes."""
+    """(private lookups, their atomic share, global lookups) of the exact
+    per-bucket counts (or any rows with kind, lookups and atomic)."""
     priv = f["kind"] == PRIVATE
     return (int(f["lookups"][priv].sum()), int(f["atomic"][priv].sum()),
             int(f["lookups"][~priv].sum()))

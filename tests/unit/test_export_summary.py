@@ -30,7 +30,7 @@ def raw_futexes(seed: int) -> list[dict]:
         for mask in rnd.sample([15, 63, 255], rnd.randint(1, 2)):
             for _ in range(rnd.randint(1, 80)):
                 uaddr = rnd.randrange(0, 1 << 20, 4)
-                bucket = rnd.randrange(mask + 1)
+                bucket = (uaddr * 2654435761 >> 9) & mask   # a function of the address, as in the kernel
                 per_cpu = [[0, 0, 0, 0, 0] for _ in range(NCPU)]
                 for cpu in rnd.sample(range(NCPU), rnd.randint(1, NCPU)):
                     n = rnd.randint(0, 50)
@@ -61,6 +61,13 @@ def arrays(futexes: list[dict]):
     return keys, stats
 
 
+def bucket_rows(futexes: list[dict]) -> list[tuple]:
+    """What the `buckets` map and the cache would hold for these futexes:
+    (tgid, kind, hash_mask, bucket, lookups, atomic) per entry and CPU."""
+    return [(f["tgid"], f["kind"], f["hash_mask"], bucket, n, atomic)
+            for f in futexes for n, atomic, bucket, _, _ in f["per_cpu"] if n]
+
+
 def served(proc: dict) -> tuple:
     """The hash fields reading.py takes from a process."""
     hashes = []
@@ -79,13 +86,14 @@ def test_lean_processes_equal_build_recordings():
         counters = {"PRIVATE": [0] * NCPU, "GLOBAL": [0] * NCPU}
         rec = build_recording({"counters": counters, "futexes": futexes}, KERNEL, METHOD, 1.0, "")
         f = summary.merge(*arrays(futexes))
-        lean = summary.processes(f, lambda tgid: "", 256)
+        b = summary.bucket_counts(bucket_rows(futexes))
+        lean = summary.processes(b, f, lambda tgid: "", 256)
         assert len(lean) == len(rec["processes"]) == 6
         assert sorted(map(served, lean)) == sorted(map(served, rec["processes"]))
         # Busiest hash first, as reading.py expects.
         for p in lean:
             assert [h["lookups"] for h in p["hashes"]] == sorted((h["lookups"] for h in p["hashes"]), reverse=True)
-        private, atomic, global_ = summary.lookups_by_kind(f)
+        private, atomic, global_ = summary.lookups_by_kind(b)
         assert private == sum(pc[0] for e in futexes if e["kind"] == KIND["FT_PRIVATE"] for pc in e["per_cpu"])
         assert private == rec["refcount"]["get_percpu"] + rec["refcount"]["get_atomic"]
         assert atomic == rec["refcount"]["get_atomic"]
@@ -95,4 +103,25 @@ def test_lean_processes_equal_build_recordings():
 
 def test_empty_map():
     f = summary.merge(*arrays([]))
-    assert summary.processes(f, str, 256) == [] and summary.lookups_by_kind(f) == (0, 0, 0)
+    b = summary.bucket_counts([])
+    assert summary.processes(b, f, str, 256) == [] and summary.lookups_by_kind(b) == (0, 0, 0)
+
+
+def test_partial_futex_list_keeps_exact_lookups_and_bounds():
+    """The per-futex list missed half its futexes (the map filled): lookups and
+    spread stay those of the exact bucket counts, futexes get record's bounds."""
+    from futextrace.record.aggregate import buckets_from_futexes
+    futexes = raw_futexes(7)
+    listed = futexes[::2]
+    counters = {"PRIVATE": [0] * NCPU, "GLOBAL": [0] * NCPU}
+    rec = build_recording({"counters": counters, "buckets": buckets_from_futexes(futexes), "futexes": listed},
+                          KERNEL, METHOD, 1.0, "")
+    lean = summary.processes(summary.bucket_counts(bucket_rows(futexes)), summary.merge(*arrays(listed)),
+                             lambda tgid: "", 256)
+    assert sorted(map(served, lean)) == sorted(map(served, rec["processes"]))
+
+    def highs(procs):
+        return sorted((p["pid"], h["buckets"], h.get("estimates", {}).get("distinct_futexes", {}).get("high"))
+                      for p in procs for h in p["hashes"] if h["kind"] == "private")
+    assert highs(lean) == highs(rec["processes"])
+    assert any(h for _, _, h in highs(lean))   # the list did miss lookups
