@@ -56,7 +56,7 @@ echo $rc > {out}/status.tmp && mv {out}/status.tmp {out}/status
 # (attach methods, layouts, buckets against the kernel's own, resizes).
 # Everything under QEMU/TCG is slow; FUTEXTRACE_VM_TESTS=tests/host runs all.
 GUEST_TESTS = ("tests/host/test_guest_smoke.py tests/host/test_doctor.py tests/host/test_record.py "
-               "tests/host/test_explain.py")
+               "tests/host/test_explain.py tests/host/test_fidelity.py tests/host/test_pi_refcount.py")
 
 RUNS: list = []     # (spec id, GuestRun) in boot order, for the terminal summary
 
