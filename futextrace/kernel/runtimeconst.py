@@ -11,6 +11,7 @@ bytes: the one kernel-address imm64 there is the array's address.
 """
 from __future__ import annotations
 
+import os
 import struct
 
 KCORE = "/proc/kcore"
@@ -21,24 +22,28 @@ PT_LOAD = 1
 
 def read_kernel(addr: int, size: int, path: str = KCORE) -> bytes | None:
     """`size` bytes at kernel virtual address `addr` from /proc/kcore (an ELF
-    core file: one PT_LOAD segment per mapped range), or None."""
+    core file: one PT_LOAD segment per mapped range), or None. Exact preads:
+    a buffered read past the wanted bytes may reach a page kcore refuses."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if head[:4] != b"\x7fELF" or head[4] != 2:
-                return None
-            phoff, = struct.unpack_from("<Q", head, 32)
-            phentsize, phnum = struct.unpack_from("<HH", head, 54)
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            for i in range(phnum):
-                ptype, _, off, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
-                if ptype == PT_LOAD and vaddr <= addr and addr + size <= vaddr + filesz:
-                    f.seek(off + addr - vaddr)
-                    data = f.read(size)
-                    return data if len(data) == size else None
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        head = os.pread(fd, 64, 0)
+        if head[:4] != b"\x7fELF" or head[4] != 2:
+            return None
+        phoff, = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        table = os.pread(fd, phentsize * phnum, phoff)
+        for i in range(phnum):
+            ptype, _, off, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+            if ptype == PT_LOAD and vaddr <= addr and addr + size <= vaddr + filesz:
+                data = os.pread(fd, size, off + addr - vaddr)
+                return data if len(data) == size else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return None
 
 
