@@ -16,7 +16,9 @@ import struct
 
 KCORE = "/proc/kcore"
 PLACEHOLDER = 0x0123456789ABCDEF
-KERNEL_HALF = 0xFFFF800000000000
+# The kernel half of the address space with 5-level paging (4-level: from
+# 0xffff800000000000); QEMU offers LA57, and 7.3.4 guests map RAM at 0xff11...
+KERNEL_HALF = 0xFF00000000000000
 PT_LOAD = 1
 
 

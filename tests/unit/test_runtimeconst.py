@@ -40,6 +40,13 @@ def test_patched_immediate_is_the_array(tmp_path):
     assert runtimeconst.futex_queues_array(TEXT, TEXT + len(code), path) == ARRAY
 
 
+def test_five_level_paging_addresses(tmp_path):
+    array = 0xFF11796781A7F710      # a 7.3.4 guest's array (LA57 direct map)
+    code = futex_hash_text(array)
+    path = kcore(tmp_path, [(TEXT, code), (array, struct.pack("<Q", 0xFF11796790000000))])
+    assert runtimeconst.futex_queues_array(TEXT, TEXT + len(code), path) == array
+
+
 def test_unpatched_placeholder_or_a_bad_array_is_not_taken(tmp_path):
     code = futex_hash_text(runtimeconst.PLACEHOLDER)
     path = kcore(tmp_path, [(TEXT, code), (ARRAY, struct.pack("<Q", TABLE0))])
