@@ -1,13 +1,16 @@
 """The PI handoff path's bucket references, kprobe method (VM guests).
 
 tests/data/pi_contend.c makes threads contend on one private PI futex through
-FUTEX_LOCK_PI/FUTEX_UNLOCK_PI, so futex_unlock_pi hands the lock to a waiter
-and takes the extra bucket reference of that path: futex_hash_get() on
-6.17-7.1 (`hb->priv` layout), dropped by futex_hash_put(); on 7.2+ the
-`drop_fph` reference of futex_private_hash_get(). Every get must have its put
-(the kernel's own refcount invariant). Where futex_hash_get has a symbol, a
-kprobe of the test's own (a BCC counter, not futextrace's) counts its calls: the
-recording must hold at least one get per syscall plus one per handoff.
+FUTEX_LOCK_PI/FUTEX_UNLOCK_PI (futex_unlock_pi hands the lock to a waiter),
+then hands a free PI futex to a FUTEX_WAIT_REQUEUE_PI waiter with
+FUTEX_CMP_REQUEUE_PI: requeue_pi_wake_futex takes the extra bucket reference
+of the handoff, futex_hash_get() on 6.17-7.1 (`hb->priv` layout), dropped by
+futex_hash_put(); on 7.2+ the `drop_fph` reference of futex_private_hash_get()
+(futex_unlock_pi takes it only in a race with a waiter not yet blocked). Every
+get must have its put (the kernel's own refcount invariant). Where
+futex_hash_get has a symbol, a kprobe of the test's own (a BCC counter, not
+futextrace's) counts its calls: at least one per requeue handoff, and the
+recording must hold one get per syscall plus one per futex_hash_get.
 """
 from __future__ import annotations
 
@@ -87,6 +90,7 @@ def test_the_lock_was_handed_over(run):
     _, wl, _ = run
     assert wl["errors"] == 0 and wl["lock_calls"] == wl["unlock_calls"] == wl["threads"] * ITERS
     assert wl["contended"] > 0, "no FUTEX_LOCK_PI call found the lock owned: no handoff happened"
+    assert wl["requeue_handoffs"] == ITERS
 
 
 def test_gets_equal_puts(run):
@@ -107,7 +111,7 @@ def test_futex_hash_get_probed_and_counted(run):
         pytest.skip("futex_hash_get has no symbol here (7.2+: the handoff uses futex_private_hash_get)")
     probes = rec["method"]["probes"]
     assert "kprobe:futex_hash_get" in probes and "kprobe:futex_hash_put" in probes, probes
-    assert hits > 0, "futex_unlock_pi never took the handoff reference"
+    assert hits >= wl["requeue_handoffs"] > 0, "requeue-PI handoffs without futex_hash_get"
     rc = rec["refcount"]
     gets = rc["get_percpu"] + rc["get_atomic"]
     assert gets >= wl["lock_calls"] + wl["unlock_calls"] + hits, (rc, hits)
