@@ -5,6 +5,7 @@ range of each refcount-put function."""
 from __future__ import annotations
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
+from futextrace.kernel import runtimeconst
 from futextrace.kernel.kallsyms import Kallsyms
 
 PUT_PART = "futex_private_hash_put.part.0"   # GCC's split body (7.2+ and backports)
@@ -50,7 +51,8 @@ def global_table_flags(ks: Kallsyms | None) -> list[str]:
     """Where the global hash's per-node table pointers are: __futex_data.queues
     (6.17-7.2: after `unsigned long hashmask; unsigned int hashshift;`, offset
     16 on 64-bit) or, 7.3, __futex_queues, a pointer to the array. Data
-    symbols need CONFIG_KALLSYMS_ALL (Debian's kernels have it); without them
+    symbols need CONFIG_KALLSYMS_ALL (Debian's kernels have it); 7.3 without them:
+    the patched immediate in __futex_hash (kernel/runtimeconst.py); else
     global buckets are not checked against the kernel's."""
     data = ks.lookup("__futex_data") if ks else None
     if data and data.address:
@@ -58,7 +60,10 @@ def global_table_flags(ks: Kallsyms | None) -> list[str]:
     queues = ks.lookup("__futex_queues") if ks else None
     if queues and queues.address:
         return [f"-DGLOBAL_TABLES={queues.address:#x}ULL", "-DGLOBAL_TABLES_INDIRECT"]
-    return []
+    # 7.3 without the data symbol: __futex_queues' value, patched into __futex_hash
+    # (one movabs there in Debian's 7.3.4, checked by disassembling its vmlinuz).
+    array = runtimeconst.futex_queues_array(*text_range(ks, "__futex_hash"))
+    return [f"-DGLOBAL_TABLES={array:#x}ULL"] if array else []
 
 
 def cflags(model) -> list[str]:
@@ -111,5 +116,5 @@ def attach_kprobes(bpf, model, method: str) -> list[str]:
     attached += [f"(not probed, inlined: {m})" for m in missing]
     if not global_table_flags(ks):
         attached.append("(global buckets unchecked: neither __futex_data (6.17-7.2) nor __futex_queues "
-                        "(7.3) in kallsyms; needs CONFIG_KALLSYMS_ALL, and Debian's 7.3.4 shows neither)")
+                        "(7.3) in kallsyms, nor 7.3's patched table address in __futex_hash via /proc/kcore)")
     return attached
