@@ -76,6 +76,7 @@ class Filters:
     cgroup_ids: list[int] = field(default_factory=list)
     follow_forks: bool = True
     tgid_map: bool = False      # a tgid filter filled by user space (record/commwatch.py), even if empty
+    exec_comms: list[str] = field(default_factory=list)  # with tgid_map: names the kernel adds at exec/fork
 
 
 def _need(model, key: str) -> int:
@@ -139,6 +140,8 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
         flags.append("-DFILTER_CGROUP")
     if filters.comms:
         flags.append("-DFILTER_COMM")
+    if filters.tgid_map and filters.exec_comms:
+        flags.append("-DCOMM_AT_EXEC")
     if method != "tracepoint":
         from futextrace.loading.kprobes import cflags as kprobe_cflags
         flags += kprobe_cflags(model)
@@ -288,9 +291,9 @@ class Program:
                 t = self._bpf[table]
                 for k in keys:
                     t[t.Key(k)] = one
-        if f.comms:
+        if f.comms or (f.tgid_map and f.exec_comms):
             t = self._bpf["comm_filter"]
-            for c in f.comms:
+            for c in f.comms or f.exec_comms:
                 key = t.Key()
                 key.comm = c.encode()[:15]
                 t[key] = one

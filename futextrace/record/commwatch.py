@@ -6,10 +6,13 @@ NAME: an initial /proc scan, then the proc connector's events (pyroute2,
 record/procevents.py) as processes fork (a child keeps its parent's name),
 exec (the name changes) and exit. The hot path does one tgid lookup.
 
+The kernel adds a process itself at exec (a `sched_process_exec` hook that
+compares the new name, COMM_AT_EXEC in bpf/futex_common.h) and at fork, so no
+call is missed before user space hears of it; the events here remove processes
+at exit and at an exec under another name, and catch up after an overflow.
 What this gives up against the in-kernel compare, said in the recording: a
-process is traced from the moment user space sees its exec (microseconds to a
-scheduler tick later), not from its first instruction; and a process's name
-is its leader's at exec or fork: a later PR_SET_NAME is not followed.
+process's name is its leader's at exec or fork: a later PR_SET_NAME is not
+followed.
 """
 from __future__ import annotations
 

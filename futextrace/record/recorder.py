@@ -99,8 +99,9 @@ class Recorder:
         if not opts.pids and not opts.comm_in_bpf:
             self.comm_watch, why = commwatch.open_watch(opts.comms)
         if self.comm_watch:
-            self.filters.comms, self.filters.tgid_map = [], True
-            self.comm_how = "process names resolved to tgids by the proc connector (exec, fork, exit)"
+            self.filters.comms, self.filters.tgid_map, self.filters.exec_comms = [], True, list(opts.comms)
+            self.comm_how = ("process names resolved to tgids: added by BPF at exec and fork, "
+                             "removed by the proc connector at exit; the hot path does one tgid lookup")
         else:
             self.comm_how = f"task names compared in BPF ({why})"
 
