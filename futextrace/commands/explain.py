@@ -42,7 +42,8 @@ def command(pid, duration, json_path, quiet, verbose, command):
         raise UsageError("-p needs -d/--duration (how long to watch)")
     json_out = open_output(json_path) if json_path else None
     # explain is about why: exact prctl results are worth their cost here.
-    opts = RecordOptions(pids=[pid] if pid else [], duration=duration, method="auto", exact_prctl=True)
+    opts = RecordOptions(pids=[pid] if pid else [], duration=duration, method="auto", exact_prctl=True,
+                         command_stdout_to_stderr=json_path == "-")
     rec = record_command(list(command), opts) if command else record_pids(opts)
     expl = explain(rec)
     if pid:   # only the asked-for process, not the children it forked

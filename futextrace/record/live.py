@@ -69,10 +69,9 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
     return rows
 
 
-def with_hash_state(rows: list[dict], events: list[dict], t: float, infer_prctl: bool) -> None:
+def with_hash_state(rows: list[dict], tl: dict) -> None:
     """The installed hash (what the kernel uses now, not the busiest one seen)
-    and a replacement waiting for its pivot, from the events so far."""
-    tl = {**build_timeline(events, {}, infer_prctl=infer_prctl), "duration_s": t}
+    and a replacement waiting for its pivot, from the timeline so far."""
     for r in rows:
         inst = installed_at(r["pid"], tl)
         # `hash` stays the busiest hash (the JSON's meaning); the view shows this one.
@@ -96,8 +95,9 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
         extra += f"  lost events {row['lost_events']}"
     if row.get("missed_runs"):
         extra += f"  skipped probe runs {row['missed_runs']}"
-    lines = [f"{ts}+{row['t']:.1f}s  lookups/s {rate:,.0f}  (private {row['private']:,}, "
-             f"global {row['global']:,})  resize events so far {row['resize_events']}{extra}"]
+    span = row["interval_s"] or 1
+    lines = [f"{ts}+{row['t']:.1f}s  lookups/s {rate:,.0f}  (private {row['private'] / span:,.0f}/s, "
+             f"global {row['global'] / span:,.0f}/s)  resizes so far {row['resizes']}{extra}"]
     if procs:
         lines.append(f"  {'PID':>7} {'COMM':<16} {'HASH':<14} {'LOOKUPS/s':>12} {'FUTEXES':>7} "
                      f"{'BUCKETS':>7} {'MAX/MEAN':>8} {'PENDING':>12}")
@@ -124,13 +124,14 @@ class IntervalReporter:
         self._missed = 0
 
     def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
-            missed_runs: int, resize_events: int, comm_of, comms: dict[int, str],
+            missed_runs: int, comm_of, comms: dict[int, str],
             buckets: list[dict] | None = None, events: list[dict] | None = None,
-            infer_prctl: bool = False) -> dict:
+            infer_prctl: bool = False, at_attach: dict | None = None) -> dict:
         """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_of).
         With `buckets` (the exact counts), each process's lookups, hash and buckets
         come from them, and only its futex count from the bounded per-futex list;
-        with `events`, each process's installed and pending hash."""
+        with `events`, each process's installed and pending hash and the
+        resizes so far (allocations the timeline tells, from the hash at attach)."""
         c = {k: sum(v) for k, v in counters.items()}
         prev = self._totals or {k: 0 for k in c}
         delta = {k: c[k] - prev.get(k, 0) for k in c}
@@ -142,8 +143,7 @@ class IntervalReporter:
         row = {"t": round(elapsed, 3), "interval_s": span,
                "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
                "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
-               "lost_events": delta["LOST_EVENTS"], "missed_runs": missed,
-               "resize_events": resize_events}
+               "lost_events": delta["LOST_EVENTS"], "missed_runs": missed, "resizes": 0}
         snap = snapshot(futexes)
         for pid in ({k[0] for k in snap} | {b["tgid"] for b in buckets or []}) - set(comms):
             comms[pid] = comm_of(pid)
@@ -157,7 +157,10 @@ class IntervalReporter:
                 r["futexes"] = listed.get(r["pid"], 0)
             self._bucket_snapshot = bsnap
         if events is not None:
-            with_hash_state(row["processes"], events, elapsed, infer_prctl)
+            tl = {**build_timeline(events, {}, infer_prctl=infer_prctl, at_attach=at_attach),
+                  "duration_s": elapsed}
+            row["resizes"] = len(tl["resizes"])
+            with_hash_state(row["processes"], tl)
         self.rows.append(row)
         return row
 

@@ -48,6 +48,7 @@ class RecordOptions:
     live_out: object | None = None    # output/jsonio.Output for per-interval text (None: stdout)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
+    command_stdout_to_stderr: bool = False   # our stdout carries JSON: the command's goes to stderr
     comm_in_bpf: bool = False         # --comm: compare names in BPF even where the proc connector works
 
 
@@ -219,11 +220,11 @@ class Recorder:
 
     def _interval_report(self, elapsed: float):
         futexes = self.dump_futexes()
-        resize_events = sum(1 for e in self.events if e["type"] != EVENT["FTE_EXIT"])
         buckets = self.dump_buckets()
         row = self.live.row(elapsed, futexes, self.counters(buckets), self.missed_runs(),
-                            resize_events, targets.comm_of, self.comms, buckets, events=self.events,
-                            infer_prctl=self._method_facts()["prctl_results"] == "inferred")
+                            targets.comm_of, self.comms, buckets, events=self.events,
+                            infer_prctl=self._method_facts()["prctl_results"] == "inferred",
+                            at_attach=self.attach_state)
         self.live.show(row)
 
     def dump(self) -> dict:
@@ -322,7 +323,8 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
 
 def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
     """Start `argv`, trace it (and what it forks) until it exits."""
-    child = targets.StoppedChild(argv)   # forked, waits for go() before exec
+    # forked, waits for go() before exec
+    child = targets.StoppedChild(argv, stdout_to_stderr=opts.command_stdout_to_stderr)
     try:
         opts.pids = [child.pid] + list(opts.pids)
         with startup.SlowStartWatch():

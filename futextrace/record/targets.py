@@ -89,9 +89,12 @@ class StdoutTee:
     TAIL_BYTES kept. Used when our stdout is not a terminal; on a terminal the
     command writes to it directly (a pipe would make its C library buffer
     whole blocks instead of lines). If our stdout goes away (a closed pipe),
-    the command's pipe is closed too: it gets SIGPIPE as it would without us."""
+    the command's pipe is closed too: it gets SIGPIPE as it would without us.
+    `out_fd` 2: the command's stdout goes to our stderr (our stdout carries
+    the recording's JSON)."""
 
-    def __init__(self):
+    def __init__(self, out_fd: int = 1):
+        self.out_fd = out_fd
         self.read_fd, self.write_fd = os.pipe()
         os.set_inheritable(self.read_fd, False)
         self._tail = bytearray()
@@ -114,7 +117,7 @@ class StdoutTee:
         view = memoryview(chunk)
         try:
             while view:
-                view = view[os.write(1, view):]
+                view = view[os.write(self.out_fd, view):]
         except OSError as e:
             self.error = e
 
@@ -132,16 +135,18 @@ class StdoutTee:
 
 class StoppedChild:
     """fork() now, exec() when go() is called: the tracer attaches in between.
-    The command's stdout and stderr reach ours untouched (see StdoutTee).
-    A command that cannot be started is reported as a TargetError."""
+    The command's stdout and stderr reach ours untouched (see StdoutTee), or
+    with `stdout_to_stderr` its stdout goes to our stderr, so that JSON on our
+    stdout stays parseable. A command that cannot be started is a TargetError."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], stdout_to_stderr: bool = False):
         if not argv:
             raise TargetError("no command given after --")
         self.argv = argv
         _check_runnable(argv[0])
         self._status = None
-        self._tee = None if _stdout_is_terminal() else StdoutTee()
+        self._tee = (StdoutTee(2) if stdout_to_stderr else
+                     None if _stdout_is_terminal() else StdoutTee())
         go_r, self._go_w = os.pipe()
         err_r, err_w = os.pipe()
         os.set_inheritable(err_w, False)

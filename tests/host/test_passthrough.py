@@ -177,3 +177,16 @@ def test_rt_priority_attaches_beside_rt_threads():
     assert p.returncode == 0, err
     assert "still compiling" not in err, err
     assert still_spinning, "the tracer only finished once the real-time spinner had ended"
+
+
+def test_json_on_stdout_sends_the_command_output_to_stderr():
+    """`--json -`: our stdout is the recording, parseable as one JSON document;
+    the command's stdout still reaches the user, on stderr, and its tail is kept."""
+    p = subprocess.run([*CLI, "record", "--json", "-", "-q", "--", "sh", "-c", SCRIPT],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["command"]["stdout_tail"].splitlines() == [f"out {i}" for i in range(1, 6)]
+    err = p.stderr.splitlines()
+    assert [line for line in err if line.startswith("out ")] == [f"out {i}" for i in range(1, 6)], p.stderr
+    assert [line for line in err if line.startswith("err ")] == [f"err {i}" for i in range(1, 6)], p.stderr

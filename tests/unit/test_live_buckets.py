@@ -17,10 +17,10 @@ def futex(tgid, uaddr, lookups, b, mask=63):
 def test_interval_lookups_from_buckets_futexes_from_the_list():
     rep = IntervalReporter()
     counters = {"PRIVATE": [0], "GLOBAL": [0], "UNATTRIBUTED": [0], "LOST_EVENTS": [0]}
-    rep.row(1.0, [futex(10, 0x1000, 5, 3)], counters, 0, 0, lambda p: "app", {},
+    rep.row(1.0, [futex(10, 0x1000, 5, 3)], counters, 0, lambda p: "app", {},
             [bucket(10, 3, 100), bucket(10, 7, 40)])
     # The list is full: it holds 5 more lookups of one futex; the buckets 300 more.
-    row = rep.row(2.0, [futex(10, 0x1000, 10, 3)], counters, 0, 0, lambda p: "app", {},
+    row = rep.row(2.0, [futex(10, 0x1000, 10, 3)], counters, 0, lambda p: "app", {},
                   [bucket(10, 3, 300), bucket(10, 7, 140)])
     p = row["processes"][0]
     assert (p["pid"], p["lookups"], p["buckets_touched"], p["futexes"]) == (10, 300, 2, 1)

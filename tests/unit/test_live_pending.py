@@ -17,7 +17,7 @@ def ev(typ, t, tid=100, **kw):
 
 def rows(events, t):
     r = [{"pid": 100, "hash": "private 16"}]
-    live.with_hash_state(r, events, t, infer_prctl=True)
+    live.with_hash_state(r, {**build_timeline(events, {}, infer_prctl=True), "duration_s": t})
     return r[0]
 
 
@@ -30,7 +30,7 @@ def test_a_waiting_set_slots_is_pending_beside_the_installed_hash():
     assert r["installed"] == "private 16"
     assert r["pending"] == {"buckets": 64, "since_t": 0.5}
     text = "\n".join(live.render({"t": 0.6, "interval_s": 0.1, "lookups": 1, "private": 1, "global": 0,
-                                  "unattributed": 0, "lost_events": 0, "resize_events": 2},
+                                  "unattributed": 0, "lost_events": 0, "resizes": 2},
                                  [{**r, "comm": "w", "lookups_per_s": 10.0, "futexes": 1,
                                    "buckets_touched": 1, "max_over_mean": 1.0}], False))
     assert "PENDING" in text and "64 +0.5s" in text
