@@ -293,28 +293,34 @@ static __always_inline void flush_to_bucket(struct cache_slot *cs)
 	count_unattributed(cs->key.kind, cs->st.lookups);
 }
 
-/* The bounded per-futex detail: added to `futexes` until it is full. */
-static __always_inline void flush_to_futexes(struct cache_slot *cs)
+/* The per-futex list: a slot's counts added to its futex in `futexes` while
+ * the map has room (0: full, counted nowhere here). */
+static __always_inline int flush_to_futexes(struct cache_slot *cs)
 {
 	if (flag_set(FTC_FUTEXES_FULL))
-		return;
+		return 0;
 	struct futex_stat *st = futexes.lookup(&cs->key);
 	if (!st && futexes.insert(&cs->key, &cs->st) == 0)
-		return;
+		return 1;
 	if (!st)
 		st = futexes.lookup(&cs->key);   /* lost a race to another insert? */
 	if (st) {
 		st->lookups += cs->st.lookups;
 		st->atomic_lookups += cs->st.atomic_lookups;
-	} else {
-		set_flag(FTC_FUTEXES_FULL);
+		return 1;
 	}
+	set_flag(FTC_FUTEXES_FULL);
+	return 0;
 }
 
+/* Each flush goes to exactly one map, so a miss costs one map update at any
+ * size of the futex set: to the per-futex list while it has room (user space
+ * sums its entries per bucket), then to the per-bucket counts. Exact counts =
+ * `futexes` + `buckets` + the cache (loading/maps.py). */
 static __always_inline void flush_slot(struct cache_slot *cs)
 {
-	flush_to_bucket(cs);
-	flush_to_futexes(cs);
+	if (!flush_to_futexes(cs))
+		flush_to_bucket(cs);
 }
 
 /* The key as three words (it has no padding holes: see futextrace.h), so a

@@ -73,11 +73,11 @@ class BatchRecorder(Recorder):
     """The recorder, with the futexes map read in batches (see the module doc);
     the per-CPU cache is read through its MapReader (loading/maps.py)."""
 
-    def dump_futexes(self) -> list[dict]:
+    def dump_futex_map(self) -> list[dict]:
         table = self.program.bpf["futexes"]
         batch = lookup_batch(table)
         if batch is None:
-            return super().dump_futexes()
+            return super().dump_futex_map()
         keys, values, n = batch
         kfmt, knames = struct_format(table.Key)
         sfmt, snames = struct_format(table.sLeaf)
@@ -90,16 +90,4 @@ class BatchRecorder(Recorder):
             tgid, kind, uaddr, mask = (k[j] for j in key_fields)
             futexes.append({"tgid": tgid, "kind": kind, "uaddr": uaddr, "hash_mask": mask,
                             "per_cpu": stats[i * ncpu:(i + 1) * ncpu]})
-        return futexes + self._cache_futexes()
-
-    def _cache_futexes(self) -> list[dict]:
-        """The per-CPU cache in front of the map, as Recorder.dump_futexes reads it."""
-        out = []
-        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
-        for idx, s in self.maps._cache_items():
-            per_cpu = [[0, 0, 0, 0, 0] for _ in range(ncpus)]
-            st = s.st
-            per_cpu[idx // nslots] = [st.lookups, st.atomic_lookups, st.bucket, st.node, st.kernel_bucket]
-            out.append({"tgid": s.key.tgid, "kind": s.key.kind, "uaddr": s.key.uaddr,
-                        "hash_mask": s.key.hash_mask, "per_cpu": per_cpu})
-        return out
+        return futexes

@@ -45,6 +45,7 @@ class ServeRecorder(BatchRecorder):
         self.history_lock = threading.Lock()   # the ring-buffer callback vs forget() on a scrape thread
         self.forgotten: set[int] = set()
         self.folded = {"private": 0, "atomic": 0, "global": 0}
+        self._map_rows: list[tuple] = []
 
     def _on_event(self, ctx, data, size):
         with self.history_lock:
@@ -75,13 +76,15 @@ class ServeRecorder(BatchRecorder):
         kd, sd = np.dtype(table.Key), np.dtype(table.sLeaf)
         ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
         batch = lookup_batch(table)
-        if batch is None:   # no batch lookups: BCC's walk (the cache included), into the same arrays
-            keys, stats = _arrays(Recorder.dump_futexes(self), kd, sd, ncpu)
-            return self._delete_forgotten(table, keys.tobytes(), keys, stats)
-        kb, vb, n = batch
-        keys = np.frombuffer(kb, dtype=kd, count=n)
-        stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
+        if batch is None:   # no batch lookups: BCC's walk, into the same arrays
+            keys, stats = _arrays(Recorder.dump_futex_map(self), kd, sd, ncpu)
+            kb = keys.tobytes()
+        else:
+            kb, vb, n = batch
+            keys = np.frombuffer(kb, dtype=kd, count=n)
+            stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
         keys, stats = self._delete_forgotten(table, kb, keys, stats)
+        self._map_rows = _bucket_rows_of(keys, stats)   # the map's share of the exact counts
         ck, cs = self._cache_arrays(kd, sd, ncpu)
         return np.concatenate([keys, ck]), np.concatenate([stats, cs])
 
@@ -104,23 +107,30 @@ class ServeRecorder(BatchRecorder):
         return keys, stats
 
     def _delete_forgotten(self, table, kb: bytes, keys, stats):
-        """Delete the futexes of forgotten processes from the per-futex list
-        (their lookups are folded from the exact `buckets` map, bucket_rows);
-        the arrays without them."""
+        """Delete the futexes of forgotten processes from the map, their
+        lookups added to `folded` (the map holds exact counts: a cache slot is
+        flushed to it or to `buckets`, never both); the arrays without them."""
         if not self.forgotten:
             return keys, stats
         gone = np.isin(keys["tgid"], np.fromiter(self.forgotten, dtype=np.uint64))
         from bcc import lib
         for i in np.flatnonzero(gone).tolist():
             key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
-            lib.bpf_delete_elem(table.map_fd, ct.byref(key))
+            if lib.bpf_delete_elem(table.map_fd, ct.byref(key)) != 0:
+                gone[i] = False   # already gone: counted as read, dropped at the next read
+        lookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
+        atomic = stats["atomic_lookups"].sum(axis=1, dtype=np.uint64)
+        for kind in np.unique(keys["kind"][gone]).tolist():
+            sel = gone & (keys["kind"] == kind)
+            self._fold(kind, int(lookups[sel].sum()), int(atomic[sel].sum()))
         return keys[~gone], stats[~gone]
 
     def bucket_rows(self) -> list[tuple]:
         """The exact per-bucket counts as (tgid, kind, hash_mask, bucket,
         lookups, atomic): the `buckets` map (entries of forgotten processes
-        deleted, their lookups folded) and the cache's slots not yet flushed
-        to it. Bounded by the hash sizes in use, not by the futexes."""
+        deleted, their lookups folded), the futexes map's share (read by
+        futex_arrays(), which must run first) and the cache's slots not yet
+        flushed to either."""
         table, rows = self.program.bpf["buckets"], []
         for k, vals in table.items():
             lookups, atomic = sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals)
@@ -129,6 +139,7 @@ class ServeRecorder(BatchRecorder):
                 del table[k]
                 continue
             rows.append((k.tgid, k.kind, k.hash_mask, k.bucket, lookups, atomic))
+        rows += self._map_rows
         for _, slot in self.maps._cache_items():
             rows.append((slot.key.tgid, slot.key.kind, slot.key.hash_mask, slot.st.bucket,
                          slot.st.lookups, slot.st.atomic_lookups))
@@ -143,8 +154,8 @@ class ServeRecorder(BatchRecorder):
 
     def recording(self, duration: float) -> dict:
         """The fields of a recording that reading.from_recording uses."""
+        f = summary.merge(*self.futex_arrays())   # first: it reads the map's share of the counts
         b = summary.bucket_counts(self.bucket_rows())
-        f = summary.merge(*self.futex_arrays())
         private, atomic, global_ = summary.lookups_by_kind(b)
         forgotten = np.fromiter(self.forgotten, dtype=np.uint64)
         hidden = np.isin(b["tgid"], forgotten)
@@ -173,6 +184,16 @@ class ServeRecorder(BatchRecorder):
             if tgid not in self.comms:
                 self.comms[tgid] = targets.comm_of(tgid)   # dropped again by forget()
             return self.comms[tgid]
+
+
+def _bucket_rows_of(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
+    """(tgid, kind, hash_mask, bucket, lookups, atomic) for each futex entry
+    and CPU with lookups (each CPU computed the bucket it counted under)."""
+    entry, cpu = np.nonzero(stats["lookups"])
+    st = stats[entry, cpu]
+    return list(zip(keys["tgid"][entry].tolist(), keys["kind"][entry].tolist(),
+                    keys["hash_mask"][entry].tolist(), st["bucket"].tolist(),
+                    st["lookups"].tolist(), st["atomic_lookups"].tolist()))
 
 
 def _arrays(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:

@@ -45,14 +45,18 @@ class MapReader:
                 col[cpu] += v[0]   # lookups
         return out
 
-    def buckets(self) -> list[dict]:
-        """Exact per-bucket counts: the `buckets` map, and the cache's slots
-        (counts not yet flushed to it) by the bucket each slot's futex hashes to."""
+    def buckets(self, futex_map: list[dict] | None = None) -> list[dict]:
+        """Exact per-bucket counts. A cache slot is flushed to exactly one map:
+        the per-futex list while it has room, `buckets` after; so the exact
+        counts are the `buckets` map, the `futexes` map's entries by bucket
+        (`futex_map`: futex_map()'s output when the caller has it already),
+        and the cache's slots (counts not yet flushed)."""
         out = []
         for k, vals in self.program.bpf["buckets"].items():
             out.append({"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket,
                         "node": k.node, "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked]
                                                     for v in vals]})
+        out += futexes_as_buckets(self.futex_map() if futex_map is None else futex_map)
         nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
         for idx, s in self._cache_items():
             per_cpu = [[0, 0, 0] for _ in range(ncpus)]
@@ -80,23 +84,20 @@ class MapReader:
         lookups.release()
         return [(i, leaf.from_buffer_copy(buf, i * words * 8)) for i in used]
 
-    def futexes(self) -> list[dict]:
+    def futex_map(self) -> list[dict]:
+        """The `futexes` map's entries (not the cache), as plain data."""
+        return [_futex_entry(k, vals) for k, vals in self.program.bpf["futexes"].items()]
+
+    def futexes(self, futex_map: list[dict] | None = None) -> list[dict]:
         """Per-futex counts from the map and the per-CPU cache in front of it
         (the same futex can be in both: aggregate.merge_futexes adds them)."""
-        futexes = []
-
-        def add(k, per_cpu_vals):
-            futexes.append({"tgid": k.tgid, "kind": k.kind, "uaddr": k.uaddr, "hash_mask": k.hash_mask,
-                            "per_cpu": [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket]
-                                        for v in per_cpu_vals]})
-        for k, vals in self.program.bpf["futexes"].items():
-            add(k, vals)
+        futexes = self.futex_map() if futex_map is None else list(futex_map)
         nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
         for idx, s in self._cache_items():
             if s.st.lookups:
                 per_cpu = [type(s.st)()] * ncpus
                 per_cpu[idx // nslots] = s.st
-                add(s.key, per_cpu)
+                futexes.append(_futex_entry(s.key, per_cpu))
         return futexes
 
     def missed_runs(self, kprobes: bool) -> int:
@@ -106,6 +107,27 @@ class MapReader:
         (kprobe_profile, when BCC created the probe through tracefs)."""
         missed = self.program.missed_runs()
         return missed + (_kprobe_profile_misses(f"_bcc_{os.getpid()}") if kprobes else 0)
+
+
+def _futex_entry(k, per_cpu_vals) -> dict:
+    return {"tgid": k.tgid, "kind": k.kind, "uaddr": k.uaddr, "hash_mask": k.hash_mask,
+            "per_cpu": [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket]
+                        for v in per_cpu_vals]}
+
+
+def futexes_as_buckets(entries: list[dict]) -> list[dict]:
+    """Raw bucket entries from raw futex entries (each CPU's counts under the
+    bucket that CPU computed): the `futexes` map's share of the exact counts,
+    and the whole of them in recordings made before the `buckets` map."""
+    out = []
+    for e in entries:
+        for cpu, (lookups, atomic, bucket, node, kernel_bucket) in enumerate(e["per_cpu"]):
+            if lookups:
+                per_cpu = [[0, 0, 0] for _ in e["per_cpu"]]
+                per_cpu[cpu] = [lookups, atomic, lookups if kernel_bucket != 0xFFFFFFFF else 0]
+                out.append({"tgid": e["tgid"], "kind": e["kind"], "hash_mask": e["hash_mask"],
+                            "bucket": bucket, "node": node, "per_cpu": per_cpu})
+    return out
 
 
 def _kprobe_profile_misses(tag: str) -> int:

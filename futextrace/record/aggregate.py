@@ -23,6 +23,8 @@ from futextrace.analysis.atomic import resize_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.analysis.whatif import futex_list
 from futextrace.loading.layout import KIND
+# Recordings made before the `buckets` map held the exact counts in the futex list.
+from futextrace.loading.maps import futexes_as_buckets as buckets_from_futexes
 
 SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1
@@ -173,21 +175,6 @@ def _futex_rows(entries: list[dict]) -> list[dict]:
                         "lookups": st.lookups, "atomic": st.atomic,
                         "bucket": st.bucket, "node": st.node, "kernel_bucket": st.kernel_bucket})
     return futexes
-
-
-def buckets_from_futexes(entries: list[dict]) -> list[dict]:
-    """Raw bucket entries from raw futex entries: for dumps made before the
-    `buckets` map, whose futex lists were the exact counts."""
-    out = []
-    for e in entries:
-        for cpu, v in enumerate(e["per_cpu"]):
-            st = CpuStat(*v)
-            if st.lookups:
-                per_cpu = [[0, 0, 0] for _ in e["per_cpu"]]
-                per_cpu[cpu] = [st.lookups, st.atomic, st.lookups if st.kernel_bucket != UNKNOWN else 0]
-                out.append({"tgid": e["tgid"], "kind": e["kind"], "hash_mask": e["hash_mask"],
-                            "bucket": st.bucket, "node": st.node, "per_cpu": per_cpu})
-    return out
 
 
 def _bucket_rows(entries: list[dict]) -> tuple[list[dict], dict]:

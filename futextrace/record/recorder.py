@@ -212,15 +212,21 @@ class Recorder:
     def counters(self, buckets: list[dict]) -> dict[str, list[int]]:
         return self.maps.counters(buckets)
 
-    def dump_futexes(self) -> list[dict]:
-        return self.maps.futexes()
+    def dump_futex_map(self) -> list[dict]:
+        """The `futexes` map alone (not the cache): part of the exact counts."""
+        return self.maps.futex_map()
 
-    def dump_buckets(self) -> list[dict]:
-        return self.maps.buckets()
+    def read_maps(self) -> tuple[list[dict], list[dict]]:
+        """(per-futex list: map and cache, exact per-bucket counts), reading
+        the futexes map once for both."""
+        fmap = self.dump_futex_map()
+        return self.maps.futexes(fmap), self.maps.buckets(fmap)
+
+    def dump_futexes(self) -> list[dict]:
+        return self.read_maps()[0]
 
     def _interval_report(self, elapsed: float):
-        futexes = self.dump_futexes()
-        buckets = self.dump_buckets()
+        futexes, buckets = self.read_maps()
         row = self.live.row(elapsed, futexes, self.counters(buckets), self.missed_runs(),
                             targets.comm_of, self.comms, buckets, events=self.events,
                             infer_prctl=self._method_facts()["prctl_results"] == "inferred",
@@ -229,7 +235,7 @@ class Recorder:
 
     def dump(self) -> dict:
         """Everything the kernel side holds, as plain data (see aggregate.py)."""
-        futexes, buckets = self.dump_futexes(), self.dump_buckets()
+        futexes, buckets = self.read_maps()
         return {"counters": self.counters(buckets), "buckets": buckets, "futexes": futexes,
                 "futex_capacity": self.program.max_futexes, "events": self.events,
                 "intervals": self.intervals, "missed_runs": self.missed_runs()}
