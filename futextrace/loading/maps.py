@@ -45,18 +45,18 @@ class MapReader:
                 col[cpu] += v[0]   # lookups
         return out
 
-    def buckets(self, futex_map: list[dict] | None = None) -> list[dict]:
+    def buckets(self, futex_map: list[dict]) -> list[dict]:
         """Exact per-bucket counts. A cache slot is flushed to exactly one map:
         the per-futex list while it has room, `buckets` after; so the exact
         counts are the `buckets` map, the `futexes` map's entries by bucket
-        (`futex_map`: futex_map()'s output when the caller has it already),
-        and the cache's slots (counts not yet flushed)."""
+        (`futex_map`: futex_map()'s output, read once by the caller), and the
+        cache's slots (counts not yet flushed)."""
         out = []
         for k, vals in self.program.bpf["buckets"].items():
             out.append({"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket,
                         "node": k.node, "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked]
                                                     for v in vals]})
-        out += futexes_as_buckets(self.futex_map() if futex_map is None else futex_map)
+        out += futexes_as_buckets(futex_map)
         nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
         for idx, s in self._cache_items():
             per_cpu = [[0, 0, 0] for _ in range(ncpus)]
@@ -88,10 +88,11 @@ class MapReader:
         """The `futexes` map's entries (not the cache), as plain data."""
         return [_futex_entry(k, vals) for k, vals in self.program.bpf["futexes"].items()]
 
-    def futexes(self, futex_map: list[dict] | None = None) -> list[dict]:
-        """Per-futex counts from the map and the per-CPU cache in front of it
-        (the same futex can be in both: aggregate.merge_futexes adds them)."""
-        futexes = self.futex_map() if futex_map is None else list(futex_map)
+    def futexes(self, futex_map: list[dict]) -> list[dict]:
+        """Per-futex counts: `futex_map` (futex_map()'s output) and the per-CPU
+        cache in front of the map (the same futex can be in both:
+        aggregate.merge_futexes adds them)."""
+        futexes = list(futex_map)
         nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
         for idx, s in self._cache_items():
             if s.st.lookups:

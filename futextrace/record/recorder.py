@@ -223,7 +223,7 @@ class Recorder:
         return self.maps.futexes(fmap), self.maps.buckets(fmap)
 
     def dump_futexes(self) -> list[dict]:
-        return self.read_maps()[0]
+        return self.maps.futexes(self.dump_futex_map())
 
     def _interval_report(self, elapsed: float):
         futexes, buckets = self.read_maps()
