@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.errors import FileProblem, UsageError
-from futextrace.output.plots import PLOT_SUFFIXES, _pyplot
+from futextrace.output.plots import _pyplot, plot_path, save_figure
 
 COLORS = ("tab:blue", "tab:orange")
 
@@ -22,9 +21,7 @@ def _markers(ax, run: dict, color: str) -> None:
 
 
 def plot_ramp(doc: dict, path: str) -> Path:
-    out = Path(path)
-    if out.suffix.lower() not in PLOT_SUFFIXES:
-        raise UsageError(f"--plot: file must end in .png or .svg, got '{path}'")
+    out = plot_path(path)
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), dpi=120, sharex=True,
                                       gridspec_kw={"height_ratios": [3, 1]})
@@ -45,10 +42,4 @@ def plot_ramp(doc: dict, path: str) -> Path:
     bottom.set_xlabel("seconds since the recording started")
     bottom.grid(alpha=0.3)
     fig.tight_layout()
-    try:
-        fig.savefig(out)
-    except OSError as e:
-        raise FileProblem(f"cannot write {out}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
-    return out
+    return save_figure(fig, out)

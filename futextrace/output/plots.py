@@ -17,12 +17,30 @@ def _pyplot():
     return plt
 
 
-def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
-    """ops/sec against bucket count (log2 x), error bars from the per-thread spread;
-    the automatic size and the global hash as horizontal reference lines."""
+def plot_path(path: str) -> Path:
+    """A `--plot FILE` argument, checked before any work is done."""
     out = Path(path)
     if out.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot: file must end in .png or .svg, got '{path}'")
+    return out
+
+
+def save_figure(fig, out: Path, **savefig_args) -> Path:
+    """Write `fig` to `out` and free it; a write error is a FileProblem."""
+    try:
+        fig.savefig(out, **savefig_args)
+    except OSError as e:
+        raise FileProblem(f"cannot write {out}: {e.strerror}") from None
+    finally:
+        fig.clf()
+        _pyplot().close(fig)
+    return out
+
+
+def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
+    """ops/sec against bucket count (log2 x), error bars from the per-thread spread;
+    the automatic size and the global hash as horizontal reference lines."""
+    out = plot_path(path)
     plt = _pyplot()
     points = sweep["points"]
     num = [p for p in points if p["requested"] > 0]
@@ -38,13 +56,7 @@ def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
             _reference_line(ax, p["buckets"], p, mark_x=bool(num))
     _axes(ax, points, sweep.get("options", {}), title)
     fig.tight_layout()
-    try:
-        fig.savefig(out)
-    except OSError as e:
-        raise FileProblem(f"cannot write {out}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def _reference_line(ax, name: str, p: dict, mark_x: bool) -> None:

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.errors import FileProblem
-from futextrace.output.plots import _pyplot
+from futextrace.output.plots import _pyplot, save_figure
 
 MAX_PANELS = 6   # hashes drawn in the bucket figure; the busiest ones
 
 
 def _save(fig, path: Path) -> Path:
-    try:
-        fig.savefig(path, bbox_inches="tight")
-    except OSError as e:
-        raise FileProblem(f"cannot write {path}: {e.strerror}")
-    finally:
-        fig.clf()
-        _pyplot().close(fig)
-    return path
+    return save_figure(fig, path, bbox_inches="tight")
 
 
 def _hashes(rec: dict) -> list[tuple[dict, dict]]:
