@@ -5,6 +5,7 @@ set itself up. Nothing expected in the tests comes from futextrace's formulas.
 Shared by test_snapshot_iter.py and test_attach_state.py."""
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -75,3 +76,18 @@ def ask(p: subprocess.Popen, line: str) -> dict:
     p.stdin.write(line + "\n")
     p.stdin.flush()
     return json.loads(p.stdout.readline())
+
+
+@contextlib.contextmanager
+def one_of_each():
+    """One holder per hash state, all started before any tracer: a custom
+    hash (SET_SLOTS 64), an automatic one (6 threads), global by prctl, and an
+    idle process with no hash. Killed on the way out."""
+    ps = {"custom": start("custom", 64), "auto": start("auto", 6), "global": start("global"),
+          "idle": start("idle")}
+    try:
+        yield ps
+    finally:
+        for p in ps.values():
+            p.kill()
+            p.wait()

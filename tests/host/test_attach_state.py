@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fidelity_ref  # noqa: E402
-from holders import ask, start  # noqa: E402
+from holders import ask, one_of_each, start  # noqa: E402
 
 pytestmark = pytest.mark.root
 FT = [sys.executable, "-m", "futextrace.cli"]
@@ -26,12 +26,8 @@ CLI_TIMEOUT_S = 600      # under QEMU/TCG (tests/vm) one command takes minutes
 
 @pytest.fixture(scope="module")
 def procs():
-    ps = {"custom": start("custom", 64), "auto": start("auto", 6), "global": start("global"),
-          "idle": start("idle")}
-    yield ps
-    for p in ps.values():
-        p.kill()
-        p.wait()
+    with one_of_each() as ps:
+        yield ps
 
 
 def traced(cmd: str, p, *args, during=None) -> tuple[dict, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from holders import start  # noqa: E402
+from holders import one_of_each, start  # noqa: E402
 
 pytestmark = pytest.mark.root
 FT = [sys.executable, "-m", "futextrace.cli"]
@@ -26,12 +26,8 @@ CLI_TIMEOUT_S = 600
 
 @pytest.fixture(scope="module")
 def procs():
-    ps = {"custom": start("custom", 64), "auto": start("auto", 6), "global": start("global"),
-          "idle": start("idle")}
-    yield ps
-    for p in ps.values():
-        p.kill()
-        p.wait()
+    with one_of_each() as ps:
+        yield ps
 
 
 def snapshot(*args) -> dict:
