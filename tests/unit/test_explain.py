@@ -1,13 +1,19 @@
 """explain.py and snapshot.py on recorded and hand-made timelines (no BPF, no root)."""
+import functools
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from futextrace.analysis import explain as E
 from futextrace.record import snapshot as S
-from futextrace.loading.layout import EVENT
 from futextrace.analysis.timeline import build_timeline
+
+sys.path.insert(0, str(Path(__file__).parent))
+from events import event  # noqa: E402
+
+_ev = functools.partial(event, nr_threads=1)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 THREAD = 0x3D0F00          # glibc pthread_create's clone flags
@@ -167,13 +173,6 @@ def test_render_has_every_step():
     text = E.render(E.explain(load("recording-tp-64.json")))
     assert "2 online CPUs, global hash 512" in text and "SET_SLOTS, 64)" in text
     assert "recommendation: measured: 19 distinct futexes in 64 buckets" in text
-
-
-def _ev(typ, t, **kw):
-    e = {"type": EVENT[typ], "t": t, "tgid": 100, "tid": 100, "comm": "w", "hash": 0, "hash_mask": 0,
-         "hash_new": 0, "hash_new_mask": 0, "arg0": 0, "arg1": 0, "ret": 0, "nr_threads": 1, "custom": 0}
-    e.update(kw)
-    return e
 
 
 def test_timeline_keeps_first_sight_after_newtask():

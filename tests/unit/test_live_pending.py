@@ -1,18 +1,19 @@
 """The live view's installed and pending hash, from hand-made event streams
 (tracepoint method, inferred SET_SLOTS results). No BPF, no root."""
-from futextrace.loading.layout import EVENT
+import functools
+import sys
+from pathlib import Path
+
 from futextrace.analysis.timeline import build_timeline
 from futextrace.record import live
 
+sys.path.insert(0, str(Path(__file__).parent))
+from events import event  # noqa: E402
+
+ev = functools.partial(event, nr_threads=3)
+
 AUTO16 = {"hash": 0xA000, "hash_mask": 15, "custom": 0}
 CUSTOM64 = {"hash": 0xC000, "hash_mask": 63, "custom": 1}
-
-
-def ev(typ, t, tid=100, **kw):
-    e = {"type": EVENT[typ], "t": t, "tgid": 100, "tid": tid, "comm": "w", "hash": 0, "hash_mask": 0,
-         "hash_new": 0, "hash_new_mask": 0, "arg0": 0, "arg1": 0, "ret": 0, "nr_threads": 3, "custom": 0}
-    e.update(kw)
-    return e
 
 
 def rows(events, t):

@@ -1,19 +1,17 @@
 """The timeline and explain starting from the hash read at attach (hash_at_attach),
 on hand-made event streams. No BPF, no root. Expected values are written out by
 hand from the kernel's rules, not computed with futextrace's formulas."""
+import sys
+from pathlib import Path
+
 from futextrace.analysis import explain as E
 from futextrace.analysis.timeline import build_timeline
-from futextrace.loading.layout import EVENT
+
+sys.path.insert(0, str(Path(__file__).parent))
+from events import event as ev  # noqa: E402
 
 SET_SLOTS, THREAD = 1, 0x3D0F00          # THREAD: glibc pthread_create's clone flags
 KERNEL = {"online_cpus": [0, 1], "global_hash": {"buckets_per_node": 512}, "clone_rule": "vm"}
-
-
-def ev(typ, t, tid=100, **kw):
-    e = {"type": EVENT[typ], "t": t, "tgid": 100, "tid": tid, "comm": "w", "hash": 0, "hash_mask": 0,
-         "hash_new": 0, "hash_new_mask": 0, "arg0": 0, "arg1": 0, "ret": 0, "nr_threads": 2, "custom": 0}
-    e.update(kw)
-    return e
 
 
 def newtask(t, nr, **state):

@@ -1,22 +1,19 @@
 """Inferred PR_FUTEX_HASH_SET_SLOTS results (tracepoint method without
 --exact-prctl), on hand-made event streams. No BPF, no root."""
 import errno
+import sys
+from pathlib import Path
 
 import pytest
 
-from futextrace.loading.layout import EVENT
 from futextrace.analysis.timeline import build_timeline
+
+sys.path.insert(0, str(Path(__file__).parent))
+from events import event as ev  # noqa: E402
 
 SET_SLOTS, GET_SLOTS = 1, 2
 KERNEL = {"online_cpus": [0, 1], "global_hash": {"buckets_per_node": 512}}
 AUTO16 = {"hash": 0xA000, "hash_mask": 15, "custom": 0}
-
-
-def ev(typ, t, tid=100, **kw):
-    e = {"type": EVENT[typ], "t": t, "tgid": 100, "tid": tid, "comm": "w", "hash": 0, "hash_mask": 0,
-         "hash_new": 0, "hash_new_mask": 0, "arg0": 0, "arg1": 0, "ret": 0, "nr_threads": 2, "custom": 0}
-    e.update(kw)
-    return e
 
 
 def prctl(t, slots, arg4=0, tid=100, **state):
