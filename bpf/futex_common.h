@@ -53,6 +53,19 @@ struct comm_key { char comm[16]; };
 BPF_HASH(comm_filter, struct comm_key, u8, 64);
 #endif
 
+
+/* Never loaded. BCC learns the type Python decodes ring-buffer records with
+ * (struct ft_event) from a ringbuf_output call, and this one stays in the
+ * maps-only text a cached program is replayed with (progcache.py). */
+int ft_event_layout(void *ctx)
+{
+	struct ft_event e = {};
+	events.ringbuf_output(&e, sizeof(e), 0);
+	return 0;
+}
+
+#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
+
 static __always_inline void count(u32 idx)
 {
 	u64 *c = counters.lookup(&idx);
@@ -530,3 +543,5 @@ RAW_TRACEPOINT_PROBE(sched_process_exit)
 	emit_task_event(FTE_EXIT, 0, 0, 0);
 	return 0;
 }
+
+#endif /* FT_MAPS_ONLY */

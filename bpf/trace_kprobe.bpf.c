@@ -27,6 +27,11 @@ struct key_copy {
 	s32 node;
 };
 BPF_HASH(inflight, u64, struct key_copy, 10240);
+/* The last put probe each task hit (count_put). */
+struct put_mark { u64 ret; u64 lo; u64 hi; u32 level; u32 pad; };
+BPF_TABLE("lru_hash", u32, struct put_mark, put_marks, 4096);
+
+#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /*
  * Which node's global table, and which bucket in it, a returned hb is: the
@@ -167,8 +172,6 @@ int kp_futex_hash_get(struct pt_regs *ctx)
  * that function saw (a tail jump from it) or lies inside that function's text
  * (a call from it). PUT_*_LO/HI: each function's text range, from kallsyms.
  */
-struct put_mark { u64 ret; u64 lo; u64 hi; u32 level; u32 pad; };
-BPF_TABLE("lru_hash", u32, struct put_mark, put_marks, 4096);
 
 static __always_inline int count_put(struct pt_regs *ctx, u64 fph, u32 level, u64 lo, u64 hi)
 {
@@ -215,7 +218,6 @@ int kp_futex_hash_put(struct pt_regs *ctx)
 #endif
 
 /* futex_hash_allocate(hash_slots, flags): every resize request. */
-BPF_HASH(alloc_args, u64, struct key_copy, 1024);
 
 int kp_futex_hash_allocate(struct pt_regs *ctx)
 {
@@ -244,3 +246,5 @@ int kr_futex_pivot_hash(struct pt_regs *ctx)
 	emit_task_event(FTE_PIVOT, 0, 0, PT_REGS_RC(ctx) & 1);
 	return 0;
 }
+
+#endif /* FT_MAPS_ONLY */

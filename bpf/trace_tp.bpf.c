@@ -32,6 +32,15 @@ struct futex_waitv_ { u64 val; u64 uaddr; u32 flags; u32 reserved; };
 BPF_HASH(prctl_pending, u32, u8, 1024);
 #endif
 
+/* futex_waitv/futex_requeue entries, WAITV_CHUNK at a time through a program
+ * that tail-calls itself (see account_waitv). */
+#define WAITV_CHUNK 32
+struct waitv_work { u64 waiters; u64 hash; u32 tgid; u32 hmask; u32 hstate; u32 n; u32 next; u32 is_waitv; };
+BPF_PERCPU_ARRAY(waitv_work, struct waitv_work, 1);
+BPF_PROG_ARRAY(waitv_progs, 1);
+
+#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
+
 /*
  * The node of a futex2 key, as get_futex_key() sets it: FUTEX2_NUMA reads a
  * node from the u32 after the futex word (-1: the node of the CPU making the
@@ -107,10 +116,6 @@ static __always_inline int futex_cmd_keys(u32 cmd)
  * that value is read here too; futex_requeue hashes both keys before it
  * compares anything.
  */
-#define WAITV_CHUNK 32
-struct waitv_work { u64 waiters; u64 hash; u32 tgid; u32 hmask; u32 hstate; u32 n; u32 next; u32 is_waitv; };
-BPF_PERCPU_ARRAY(waitv_work, struct waitv_work, 1);
-BPF_PROG_ARRAY(waitv_progs, 1);
 
 static __always_inline void account_waitv(void *ctx, u32 tgid, u64 hash, u32 hmask, u32 hstate,
 					  u64 waiters, u32 n, u32 is_waitv)
@@ -304,3 +309,5 @@ int ft_tp_sys_exit_prctl(struct tracepoint__syscalls__sys_exit_prctl *args)
 	return on_sys_exit(bpf_get_current_task_btf(), args->ret);
 }
 #endif
+
+#endif /* FT_MAPS_ONLY */

@@ -103,56 +103,102 @@ def _bpf_class():
     return BPF, ManualBPF
 
 
-def require_bpf() -> None:
-    """A socket filter is the least any BPF use needs; if it is refused, nothing loads."""
-    BPF, Manual = _bpf_class()
-    with _quiet_stderr() as err:
-        try:
-            b = Manual(text=b"int f(void *ctx) { return 0; }")
-        except Exception as e:   # noqa: BLE001 - BCC raises bare Exception
-            raise EnvironmentProblem(
-                f"BCC could not compile a test program ({str(e).splitlines()[0]}); "
-                "run scripts/bootstrap.sh to install BCC and kernel headers") from None
-        try:
-            b.load_func(b"f", BPF.SOCKET_FILTER)
-        except Exception as e:   # noqa: BLE001
-            code = errnos.name_in_message(str(e)) or str(e)
-            raise EnvironmentProblem(
-                f"the kernel refused a minimal BPF program ({code}): run as root on a "
-                "machine (or container) that allows bpf()") from None
-        finally:
-            b.cleanup()
-    del err
-
-
-# Counts hits from this process only, so "fired" proves our own futex call was seen.
-COUNTER = """BPF_ARRAY(hits, u64, 1);
-static inline void hit(void) {
+# Every hook doctor proves, in one text: BCC's compile is the slow part (a
+# third of a second here, tens of seconds under QEMU/TCG), so it runs once.
+# Each hook counts, in its own slot, hits from this process only: "fired"
+# proves our own futex call was seen by that hook.
+HOOK_SLOTS = {"kprobe": 0, "tracepoint": 1, "raw_tracepoint": 2, "tp_btf": 3}
+HOOKS_TEXT = """BPF_ARRAY(hits, u64, 4);
+static inline void hit(int k) {
     if ((bpf_get_current_pid_tgid() >> 32) != %d) return;
-    int k = 0; u64 *v = hits.lookup(&k); if (v) __sync_fetch_and_add(v, 1);
+    u64 *v = hits.lookup(&k); if (v) __sync_fetch_and_add(v, 1);
 }
+int f(void *ctx) { return 0; }
+int on_entry(struct pt_regs *ctx) { hit(0); return 0; }
+int on_return(struct pt_regs *ctx) { return 0; }
+int on_tp(void *ctx) { hit(1); return 0; }
+int on_raw(struct bpf_raw_tracepoint_args *ctx) { if (ctx->args[1] == 202) hit(2); return 0; }
+int on_btf(u64 *ctx) { if (ctx[1] == 202) hit(3); return 0; }
 """
 
 
-def _try(text: str, attach) -> tuple[bool, str, int | None]:
-    """Compile `text`, attach with attach(b), fire one futex call, count, clean up."""
+class HookProgram:
+    """The hook programs, compiled once. Each hook is attached on its own
+    (`attach`), then one futex call fires them all (`fire`), and `result`
+    tells each: attached or why not, and its hits. Use as a context manager:
+    closing detaches everything."""
+
+    def __init__(self):
+        BPF, Manual = _bpf_class()
+        self.links: list[int] = []           # fds of attachments we made ourselves (tp_btf)
+        self.errors: dict[str, str] = {}
+        self.hits: dict[str, int] = {}
+        with _quiet_stderr():
+            try:
+                self.bpf = Manual(text=(HOOKS_TEXT % os.getpid()).encode())
+            except Exception as e:   # noqa: BLE001 - BCC raises bare Exception
+                raise EnvironmentProblem(
+                    f"BCC could not compile a test program ({str(e).splitlines()[0]}); "
+                    "run scripts/bootstrap.sh to install BCC and kernel headers") from None
+            try:
+                # A socket filter is the least any BPF use needs: if it is refused, nothing loads.
+                self.bpf.load_func(b"f", BPF.SOCKET_FILTER)
+            except Exception as e:   # noqa: BLE001
+                self.close()
+                code = errnos.name_in_message(str(e)) or str(e)
+                raise EnvironmentProblem(
+                    f"the kernel refused a minimal BPF program ({code}): run as root on a "
+                    "machine (or container) that allows bpf()") from None
+
+    def attach(self, name: str, attach) -> None:
+        with _quiet_stderr():
+            try:
+                got = attach(self.bpf)
+            except Exception as e:   # noqa: BLE001 - BCC raises bare Exception
+                self.errors[name] = (str(e).splitlines()[0] if str(e) else type(e).__name__)
+                return
+        if isinstance(got, tuple):
+            self.links.extend(fd for fd in got if isinstance(fd, int))
+
+    def fire(self) -> None:
+        _futex_call()
+        counts = [v.value for v in self.bpf[b"hits"].values()]
+        self.hits = {name: counts[slot] for name, slot in HOOK_SLOTS.items()}
+
+    def result(self, name: str) -> tuple[bool, str, int | None]:
+        if name in self.errors:
+            return False, self.errors[name], None
+        return True, "", self.hits.get(name)
+
+    def close(self) -> None:
+        while self.links:
+            os.close(self.links.pop())
+        if getattr(self, "bpf", None) is not None:
+            self.bpf.cleanup()       # detaches everything BCC attached
+            self.bpf = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _try_fentry(text: str, attach) -> tuple[bool, str, int | None]:
+    """fentry on its own program: BCC finds its attach target while loading,
+    and a refusal must not take the other hooks with it."""
     _BPF, Manual = _bpf_class()
     with _quiet_stderr():
         b = None
-        link = None
         try:
-            b = Manual(text=(COUNTER % os.getpid() + text).encode())
-            link = attach(b)      # fds where we attached it ourselves (tp_btf: link, program)
+            b = Manual(text=(HOOKS_TEXT % os.getpid() + text).encode())
+            attach(b)
             _futex_call()
-            fired = sum(v.value for v in b[b"hits"].values())
-            return True, "", fired
+            return True, "", sum(v.value for v in b[b"hits"].values())
         except Exception as e:   # noqa: BLE001 - BCC raises bare Exception
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             return False, msg, None
         finally:
-            for fd in link if isinstance(link, tuple) else (link,):
-                if isinstance(fd, int):
-                    os.close(fd)
             if b is not None:
                 b.cleanup()   # detaches everything it attached
 
@@ -175,9 +221,9 @@ def probe_fentry(model: kmodel.KernelModel) -> MethodStatus:
         notes.append("no futex hash lookup function with BTF, a symbol and a pointer return")
         return MethodStatus("fentry", False, "; ".join(notes))
     target = cands[0]
-    text = (f"KFUNC_PROBE({target}) {{ hit(); return 0; }}\n"
+    text = (f"KFUNC_PROBE({target}) {{ hit(0); return 0; }}\n"
             f"KRETFUNC_PROBE({target}) {{ return 0; }}\n")
-    ok, msg, fired = _try(text, lambda b: (b.attach_kfunc(fn_name=f"kfunc__{target}".encode()),
+    ok, msg, fired = _try_fentry(text, lambda b: (b.attach_kfunc(fn_name=f"kfunc__{target}".encode()),
                                            b.attach_kretfunc(fn_name=f"kretfunc__{target}".encode())))
     if not ok:
         code = errnos.name_in_message(msg)
@@ -188,14 +234,31 @@ def probe_fentry(model: kmodel.KernelModel) -> MethodStatus:
     return MethodStatus("fentry", True, "; ".join(notes), target, fired)
 
 
-def probe_kprobe(model: kmodel.KernelModel) -> MethodStatus:
+def attach_hooks(model: kmodel.KernelModel, hooks: HookProgram) -> None:
+    """Attach each hook the methods below report on (what each is, is theirs to say)."""
+    from futextrace.loading import tpbtf
+    targets = _hash_targets(model)
+    if targets:
+        sym = model.functions[targets[0]].symbol.encode()
+        hooks.attach("kprobe", lambda b: (b.attach_kprobe(event=sym, fn_name=b"on_entry"),
+                                          b.attach_kretprobe(event=sym, fn_name=b"on_return")))
+    ensure_tracefs()
+    hooks.attach("tracepoint", lambda b: b.attach_tracepoint(tp=TRACEPOINT.encode(), fn_name=b"on_tp"))
+    hooks.attach("raw_tracepoint", lambda b: b.attach_raw_tracepoint(tp=b"sys_enter", fn_name=b"on_raw"))
+    tp_id = model.tp_btf_ids.get("sys_enter")
+    if tp_id is not None:
+        hooks.attach("tp_btf", lambda b: tpbtf.attach(b, "on_btf", tp_id))
+
+
+TRACEPOINT = "syscalls:sys_enter_futex"
+
+
+def probe_kprobe(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
     targets = _hash_targets(model)
     if not targets:
         return MethodStatus("kprobe", False, "futex_hash and __futex_hash are inlined (no symbol)")
     sym = model.functions[targets[0]].symbol
-    text = "int on_entry(struct pt_regs *ctx) { hit(); return 0; }\nint on_return(struct pt_regs *ctx) { return 0; }\n"
-    ok, msg, fired = _try(text, lambda b: (b.attach_kprobe(event=sym.encode(), fn_name=b"on_entry"),
-                                           b.attach_kretprobe(event=sym.encode(), fn_name=b"on_return")))
+    ok, msg, fired = hooks.result("kprobe")
     if not KPROBE_PMU.exists():
         why = f"kernel built without CONFIG_KPROBES (no {KPROBE_PMU})"
         return MethodStatus("kprobe", ok, why if not ok else f"{why}, yet attaching worked", sym, fired)
@@ -204,37 +267,26 @@ def probe_kprobe(model: kmodel.KernelModel) -> MethodStatus:
     return MethodStatus("kprobe", True, f"kprobe+kretprobe on {sym} loaded and attached", sym, fired)
 
 
-def _probe_hook(name: str, target: str, what: str, text: str, attach, note: str = "") -> MethodStatus:
-    """Load `text`, attach it with attach(b) and report it as method `name`."""
-    ok, msg, fired = _try(text, attach)
+def _hook_status(hooks: HookProgram, name: str, target: str, what: str, note: str = "") -> MethodStatus:
+    ok, msg, fired = hooks.result(name)
     if not ok:
         return MethodStatus(name, False, f"attaching to {what} failed: {msg}", target)
     return MethodStatus(name, True, f"{what} loaded and attached{note}", target, fired)
 
 
-def probe_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
-    ensure_tracefs()
-    tp = "syscalls:sys_enter_futex"
-    return _probe_hook("tracepoint", tp, tp, "int on_tp(void *ctx) { hit(); return 0; }\n",
-                       lambda b: b.attach_tracepoint(tp=tp.encode(), fn_name=b"on_tp"))
+def probe_tracepoint(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
+    return _hook_status(hooks, "tracepoint", TRACEPOINT, TRACEPOINT)
 
 
-def probe_raw_tracepoint(model: kmodel.KernelModel) -> MethodStatus:
-    tp = "sys_enter"
-    text = "int on_raw(struct bpf_raw_tracepoint_args *ctx) { if (ctx->args[1] == 202) hit(); return 0; }\n"
-    return _probe_hook("raw_tracepoint", tp, f"raw tracepoint {tp}", text,
-                       lambda b: b.attach_raw_tracepoint(tp=tp.encode(), fn_name=b"on_raw"))
+def probe_raw_tracepoint(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
+    return _hook_status(hooks, "raw_tracepoint", "sys_enter", "raw tracepoint sys_enter")
 
 
-def probe_tp_btf(model: kmodel.KernelModel) -> MethodStatus:
+def probe_tp_btf(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
     """The hook the tracepoint method prefers for sys_enter (typed registers)."""
-    from futextrace.loading import tpbtf
-    tp = "sys_enter"
-    tp_id = model.tp_btf_ids.get(tp)
-    if tp_id is None:
-        return MethodStatus("tp_btf", False, f"no btf_trace_{tp} in the kernel's BTF", tp)
-    return _probe_hook("tp_btf", tp, f"tp_btf {tp}", "int on_btf(u64 *ctx) { if (ctx[1] == 202) hit(); return 0; }\n",
-                       lambda b: tpbtf.attach(b, "on_btf", tp_id), " (the tracepoint method's futex hook)")
+    if model.tp_btf_ids.get("sys_enter") is None:
+        return MethodStatus("tp_btf", False, "no btf_trace_sys_enter in the kernel's BTF", "sys_enter")
+    return _hook_status(hooks, "tp_btf", "sys_enter", "tp_btf sys_enter", " (the tracepoint method's futex hook)")
 
 
 def probe_task_iterator(model: kmodel.KernelModel) -> MethodStatus:
@@ -255,10 +307,17 @@ def probe_task_iterator(model: kmodel.KernelModel) -> MethodStatus:
                         f"one with {me['nr_threads']} threads (snapshot's source)", "bpf_iter_task")
 
 
-def probe_methods(model: kmodel.KernelModel) -> list[MethodStatus]:
+def probe_methods(model: kmodel.KernelModel, hooks: HookProgram | None = None) -> list[MethodStatus]:
     """Each attach method, proven by a real load+attach on the running kernel."""
-    return [probe_fentry(model), probe_kprobe(model), probe_tracepoint(model),
-            probe_raw_tracepoint(model), probe_tp_btf(model), probe_task_iterator(model)]
+    if hooks is None:
+        with HookProgram() as own:
+            return probe_methods(model, own)
+    attach_hooks(model, hooks)
+    hooks.fire()
+    statuses = [probe_kprobe(model, hooks), probe_tracepoint(model, hooks),
+                probe_raw_tracepoint(model, hooks), probe_tp_btf(model, hooks)]
+    hooks.close()        # detached before fentry and the iterator load on their own
+    return [probe_fentry(model), *statuses, probe_task_iterator(model)]
 
 
 def recommended_method(statuses: list[MethodStatus]) -> str | None:
@@ -289,8 +348,8 @@ def run(btf_path: str | None = None) -> dict:
     """Everything `doctor` reports. Raises FutextraceError for the fatal cases."""
     caps = require_privileges()
     model = kmodel.load(btf_path=btf_path, live=btf_path is None)
-    require_bpf()
-    statuses = probe_methods(model)
+    with HookProgram() as hooks:     # fails first, in one line, where BPF cannot work at all
+        statuses = probe_methods(model, hooks)
     return {"kernel": model.to_dict(), "privileges": caps, "headers": headers_status(),
             "prctl": prctl_status(), "methods": [asdict(s) for s in statuses],
             "recommended": recommended_method(statuses), "_model": model}

@@ -166,8 +166,10 @@ def _tp_btf_id(model) -> int | None:
 
 
 def _compile(BPF, method: str, cflags: list[str]):
+    from futextrace.loading.layout import header_text
+    from futextrace.loading.progcache import compile_program
     try:
-        return BPF(text=source_for(method), cflags=cflags)
+        return compile_program(BPF, source_for(method), cflags, header_text())
     except Exception as e:  # BCC raises bare Exceptions for compile/load/attach errors
         raise KernelRefused(f"the kernel refused the {method} programs: {str(e).splitlines()[0]}")
 

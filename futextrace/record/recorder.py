@@ -74,6 +74,7 @@ class Recorder:
         self.filters = Filters(pids=list(opts.pids), tids=list(opts.tids), comms=list(opts.comms),
                                cgroup_ids=[targets.cgroup_id(c) for c in opts.cgroups])
         self.program: Program | None = None
+        self.compile_cache = "off"      # progcache: where the instructions came from
         self.maps: MapReader | None = None
         self.events: list[dict] = []
         self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
@@ -136,6 +137,7 @@ class Recorder:
             self.comm_watch.start(self.program.bpf["tgid_filter"])
         self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.timings.update(self.program.timings)
+        self.compile_cache = self.program.bpf.compile_cache
         self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
 
     def stop(self, *_):
@@ -280,6 +282,7 @@ class Recorder:
         rec["attach_s"] = self.attach_s
         rec["monotonic_start_ns"] = self.t0_ns   # t = 0: lines up a workload's CLOCK_MONOTONIC stamps
         rec["attach_phases_s"] = dict(self.timings)
+        rec["compile_cache"] = self.compile_cache
         rec["kernel"]["model_cached"] = self.model_cached
         return rec
 
