@@ -5,15 +5,20 @@ Runs `futextrace record -q --json F -- true` N times per condition and prints
 medians of: the wall time from starting the process to the "Tracing..." line
 on its stderr (measured here), the CPU time the process had used by then
 (user + system, a guide to the idle figure when other work shares the
-machine), `attach_s` (the recording's own figure, from
-the process's start) and each phase in `attach_phases_s` (startup: interpreter
-and imports; model: BTF/kallsyms/clone probe or the per-boot cache; compile:
-BCC, maps; attach: program load and attach). Conditions, in one run:
+machine), `attach_s` (the recording's own figure, from the process's start)
+and each phase in `attach_phases_s` (startup: interpreter and imports; model:
+BTF/kallsyms/clone probe or the per-boot cache; compile: BCC, maps; attach:
+program load and attach), and where the instructions came from
+(`compile_cache`). Conditions, in one run:
 
-  idle         the model cached for this boot (every run after the first)
-  cold-model   a fresh cache directory each run: the model is built again
-               (the header tree and compiled helpers are shared, not rebuilt)
-  busy         as idle, with one CPU kept busy by a spinning process started here
+  idle          the model cached for this boot and the program in the
+                program cache (every run after the first)
+  full-compile  as idle, with FUTEXTRACE_NO_PROG_CACHE=1: BCC compiles the
+                whole program, as on the first run with new flags
+  cold          a fresh cache directory each run: the model is built again
+                and the program compiled in full (the header tree and the
+                compiled helpers are shared, not rebuilt): a machine's first run
+  busy          as idle, with one CPU kept busy by a spinning process started here
 
 Target (issue 13): attached within 1.5 s on an idle 2-CPU machine.
 
@@ -50,7 +55,8 @@ def one_run(env: dict) -> dict:
         if p.wait() != 0 or not first.startswith("Tracing"):
             raise SystemExit(f"attach.py: futextrace failed: {first}{rest}")
         rec = json.loads(out.read_text())
-    return {"wall": seen, "cpu": cpu, "attach_s": rec["attach_s"], **rec["attach_phases_s"]}
+    return {"wall": seen, "cpu": cpu, "attach_s": rec["attach_s"], **rec["attach_phases_s"],
+            "cache": rec["compile_cache"]}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -78,7 +84,8 @@ def condition(name: str, runs: int, env: dict, fresh_cache: bool) -> dict[str, f
                 results.append(one_run(cold_env(env, shared, Path(tmp))))
         else:
             results.append(one_run(env))
-    return {k: statistics.median(r[k] for r in results) for k in results[0]}
+    medians = {k: statistics.median(r[k] for r in results) for k in results[0] if k != "cache"}
+    return {**medians, "cache": "/".join(sorted({r["cache"] for r in results}))}
 
 
 def busy_cpu() -> subprocess.Popen:
@@ -95,7 +102,8 @@ def main() -> int:
     env = dict(os.environ)
     one_run(env)   # warm the model cache and the page cache: not counted
     rows = [("idle", condition("idle", a.runs, env, False)),
-            ("cold-model", condition("cold-model", a.runs, env, True))]
+            ("full-compile", condition("full-compile", a.runs, {**env, "FUTEXTRACE_NO_PROG_CACHE": "1"}, False)),
+            ("cold", condition("cold", a.runs, env, True))]
     spinner = busy_cpu()
     try:
         rows.append(("busy (1 CPU)", condition("busy", a.runs, env, False)))
@@ -105,10 +113,10 @@ def main() -> int:
     print(f"futextrace record -- true: medians of {a.runs} runs, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} at the end")
     print(f"{'condition':<14}{'to Tracing':>11}{'CPU':>8}{'attach_s':>10}"
-          + "".join(f"{p:>9}" for p in PHASES))
+          + "".join(f"{p:>9}" for p in PHASES) + "  program")
     for name, m in rows:
         print(f"{name:<14}{m['wall']:>10.3f}s{m['cpu']:>7.2f}s{m['attach_s']:>9.3f}s"
-              + "".join(f"{m[p]:>8.3f}s" for p in PHASES))
+              + "".join(f"{m[p]:>8.3f}s" for p in PHASES) + f"  {m['cache']}")
     return 0
 
 

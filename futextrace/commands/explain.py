@@ -11,19 +11,20 @@ EXAMPLES = """\b
 Examples:
   futextrace explain -- ./myservice       # run it, then explain every resize
   futextrace explain -p 1234 -d 10        # watch PID 1234 for 10 seconds
+  futextrace explain -p 1234 -p 99 -d 10  # two running processes
   futextrace explain --json e.json -- ./myservice
 """
 
 
 @click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
-@click.option("-p", "--pid", "pid", type=int, help="explain this running process")
+@click.option("-p", "--pid", "pids", type=int, multiple=True, help="explain this running process (repeatable)")
 @click.option("-d", "--duration", type=float, help="stop after this many seconds")
 @json_option("the explanation and the recording")
 @click.option("-q", "--quiet", is_flag=True, help="no text (with --json)")
 @click.option("-v", "--verbose", is_flag=True,
               help="one line per event (default: runs of events with the same outcome as one line)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(pid, duration, json_path, quiet, verbose, command):
+def command(pids, duration, json_path, quiet, verbose, command):
     """Explain every bucket count a process's futex hash had: the kernel's
     sizing formula with the real inputs, why a clone did not resize, prctl
     results, how long each resize waited for its pivot; then a suggested
@@ -36,18 +37,18 @@ def command(pid, duration, json_path, quiet, verbose, command):
     spread over each size 16 ... 131072."""
     from futextrace.analysis.explain import explain, render
     from futextrace.record.recorder import RecordOptions, record_command, record_pids
-    if bool(pid) == bool(command):
+    if bool(pids) == bool(command):
         raise UsageError("give either -p PID or -- COMMAND")
-    if pid and not duration:
+    if pids and not duration:
         raise UsageError("-p needs -d/--duration (how long to watch)")
     json_out = open_output(json_path) if json_path else None
     # explain is about why: exact prctl results are worth their cost here.
-    opts = RecordOptions(pids=[pid] if pid else [], duration=duration, method="auto", exact_prctl=True,
+    opts = RecordOptions(pids=list(pids), duration=duration, method="auto", exact_prctl=True,
                          command_stdout_to_stderr=json_path == "-")
     rec = record_command(list(command), opts) if command else record_pids(opts)
     expl = explain(rec)
-    if pid:   # only the asked-for process, not the children it forked
-        expl["processes"] = [p for p in expl["processes"] if p["pid"] == pid]
+    if pids:   # only the asked-for processes, not the children they forked
+        expl["processes"] = [p for p in expl["processes"] if p["pid"] in pids]
     if text_wanted(json_path, quiet):
         click.echo(render(expl, verbose))
     if json_out:

@@ -26,6 +26,9 @@ class Symbol:
     type: str        # kallsyms type letter: T/t text, D/d data, B/b bss, R/r rodata ...
     address: int | None
     module: str | None = None
+    # Address of the next text symbol after this one in the file (vmlinux's
+    # symbols are listed in address order): the end of a function's text.
+    next_text: int | None = None
 
 
 def _dotted_prefixes(name: str) -> list[str]:
@@ -61,18 +64,29 @@ class Kallsyms:
         """Symbols of `path`; with `containing`, only those whose line holds that
         word (the futex model needs ~100 of the kernel's ~120,000 symbols)."""
         syms = []
+        pending: list[Symbol] = []     # kept symbols still waiting for their next_text
         with open(path, "r", errors="replace") as f:
             for line in f:
-                if containing is not None and containing not in line:
+                if containing is not None and containing not in line and not pending:
                     continue
                 parts = line.split()
                 if len(parts) < 3:
                     continue
+                addr = int(parts[0], 16)
+                if pending and parts[1] in "Tt" and addr:
+                    for s in pending:
+                        if s.address and addr > s.address:
+                            s.next_text = addr
+                    pending = [s for s in pending if s.next_text is None and s.address]
+                if containing is not None and containing not in line:
+                    continue
                 mod = parts[3].strip("[]") if len(parts) > 3 else None
                 if mod is not None and not modules:
                     continue
-                addr = int(parts[0], 16)
-                syms.append(Symbol(parts[2], parts[1], addr or None, mod))
+                sym = Symbol(parts[2], parts[1], addr or None, mod)
+                syms.append(sym)
+                if sym.address:
+                    pending.append(sym)
         return cls(syms)
 
     @property

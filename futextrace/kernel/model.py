@@ -141,6 +141,10 @@ class KernelModel:
     tp_btf_ids: dict[str, int] = field(default_factory=dict)
     # BTF ids of the running kernel's `bpf_iter_<target>` funcs: iterator attach points.
     iter_btf_ids: dict[str, int] = field(default_factory=dict)
+    # Every kallsyms symbol with "futex" in its name, where addresses are visible:
+    # name -> [type, address, next text symbol's address or 0]. The kprobe method's
+    # inputs (global tables, put text ranges) without reading kallsyms again.
+    futex_symbols: dict[str, list] = field(default_factory=dict)
 
     def probeable(self, name: str) -> bool:
         f = self.functions.get(name)
@@ -303,4 +307,10 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
     return KernelModel(release, btf_path or VMLINUX_BTF, private_hash, mm_layout, hash_returns,
                        offsets["futex_hash_bucket.priv"] is not None, functions, offsets, sizes,
                        gh, data_symbol, topology, clone_rule, clone_src, sym_source, notes,
-                       tp_btf_ids, iter_btf_ids)
+                       tp_btf_ids, iter_btf_ids, _futex_symbols(ks) if live else {})
+
+
+def _futex_symbols(ks: Kallsyms | None) -> dict[str, list]:
+    if ks is None or not ks.addresses_visible:
+        return {}
+    return {s.name: [s.type, s.address or 0, s.next_text or 0] for s in ks.symbols if "futex" in s.name}

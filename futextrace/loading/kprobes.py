@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel import runtimeconst
-from futextrace.kernel.kallsyms import Kallsyms
+from futextrace.kernel.kallsyms import Kallsyms, Symbol
 
 PUT_PART = "futex_private_hash_put.part.0"   # GCC's split body (7.2+ and backports)
 
@@ -30,9 +30,14 @@ HB_PRIV_ONLY = {"kp_futex_hash_get", "kp_futex_hash_put"}   # 7.2+ removed both 
 PUT_RANGES = {"PUT_HB": "futex_hash_put", "PUT_FPH": "futex_private_hash_put", "PUT_PART": PUT_PART}
 
 
-def _kallsyms() -> Kallsyms | None:
+def _kallsyms(model) -> Kallsyms | None:
+    """The futex symbols with their addresses: from the model (kept per boot),
+    else read from /proc/kallsyms (a model from a file). None: addresses hidden."""
+    if model.futex_symbols:
+        return Kallsyms([Symbol(name, typ, addr or None, None, nxt or None)
+                         for name, (typ, addr, nxt) in model.futex_symbols.items()])
     try:
-        ks = Kallsyms.from_file("/proc/kallsyms")
+        ks = Kallsyms.from_file("/proc/kallsyms", containing="futex")
     except OSError:
         return None
     return ks if ks.addresses_visible else None
@@ -43,8 +48,7 @@ def text_range(ks: Kallsyms | None, name: str) -> tuple[int, int]:
     sym = ks.lookup(name) if ks else None
     if sym is None or not sym.address:
         return 0, 0
-    later = (s.address for s in ks.symbols if s.type in "Tt" and s.address and s.address > sym.address)
-    return sym.address, min(later, default=sym.address + 1)
+    return sym.address, sym.next_text or sym.address + 1
 
 
 def global_table_flags(ks: Kallsyms | None) -> list[str]:
@@ -72,7 +76,7 @@ def cflags(model) -> list[str]:
         flags.append("-DHASH_RETURNS_REF")
     elif model.bucket_has_priv:
         flags += ["-DBUCKET_HAS_PRIV", f"-DOFF_HB_PRIV={model.offsets['futex_hash_bucket.priv']}"]
-    ks = _kallsyms()
+    ks = _kallsyms(model)
     flags += global_table_flags(ks)
     for macro, func in PUT_RANGES.items():
         lo, hi = text_range(ks, func)
@@ -89,7 +93,7 @@ def _symbol(model, ks: Kallsyms | None, func: str) -> str | None:
 
 def attach_kprobes(bpf, model, method: str) -> list[str]:
     attached, missing = [], []
-    ks = _kallsyms()
+    ks = _kallsyms(model)
     for func, fn, kind, needed in PROBES:
         if fn in HB_PRIV_ONLY and not model.bucket_has_priv:
             continue

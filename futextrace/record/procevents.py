@@ -13,6 +13,7 @@ import errno
 import os
 import select
 import socket
+import threading
 
 PROC_EVENT_FORK = 0x1
 PROC_EVENT_EXEC = 0x2
@@ -32,6 +33,18 @@ def exit_text(wait_status: int) -> str:
     if wait_status & 0x7F:
         return f"killed by signal {wait_status & 0x7F}"
     return f"exit status {wait_status >> 8 & 0xFF}"
+
+
+def preload() -> None:
+    """Import pyroute2 in the background: its package import is 0.15 s here
+    (seconds in a QEMU/TCG guest), and the BPF compile that runs meanwhile
+    releases the GIL. A later import waits for this one to finish."""
+    def _import():
+        try:
+            import pyroute2  # noqa: F401
+        except ImportError:
+            pass        # ProcEvents says so when it is needed
+    threading.Thread(target=_import, name="pyroute2-import", daemon=True).start()
 
 
 class ProcEvents:

@@ -309,6 +309,8 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
         targets.check_pid(pid)
     for tid in opts.tids:
         targets.check_tid(tid)
+    if opts.pids or opts.comms:
+        procevents.preload()      # the exit watch and --comm need it once attached
     with startup.SlowStartWatch():
         rec = Recorder(opts, model)
         rec.start()

@@ -15,7 +15,7 @@ import struct
 
 import pytest
 
-from tests.host.conftest import kprobes_missing
+from tests.host.conftest import in_vm_guest, kprobes_missing
 from tests.host.test_record import ITERS, check_counts, exact_counts, ran, record_workloads
 
 pytestmark = pytest.mark.root
@@ -100,13 +100,19 @@ METHODS = ["tracepoint", pytest.param("kprobe", marks=pytest.mark.skipif(
 @pytest.mark.parametrize("method", METHODS)
 def test_a_recording_from_the_cache_counts_exactly(tmp_path, method):
     """Compiled in full (cache off), then twice with the cache: the second is a
-    hit, and both count each bucket exactly."""
+    hit, and both count each bucket exactly. In a VM guest the full compile is
+    left out (the first of each program variant there is one, checked by the
+    tests that ran it), as each costs a minute under TCG."""
+    plan = {"cold": {"FUTEXTRACE_NO_PROG_CACHE": "1"}, "warm": {}, "hit": {}}
+    if in_vm_guest():
+        del plan["cold"]
     runs = {}
-    for name, env in (("cold", {"FUTEXTRACE_NO_PROG_CACHE": "1"}), ("warm", {}), ("hit", {})):
+    for name, env in plan.items():
         (tmp_path / name).mkdir()
         runs[name] = record_workloads(tmp_path / name, ["--method", method], {"b64": exact_counts(64)}, env=env)
-    assert runs["cold"].rec["compile_cache"] == "off"
+    if "cold" in runs:
+        assert runs["cold"].rec["compile_cache"] == "off"
     assert runs["hit"].rec["compile_cache"] == "hit"
-    for name in ("cold", "hit"):
+    for name in set(runs) - {"warm"}:
         check_counts(runs[name].rec, ran(runs[name], "b64"), 64, ITERS)
         assert runs[name].rec["totals"]["kernel_mismatch"] == 0

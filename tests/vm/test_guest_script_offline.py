@@ -13,8 +13,10 @@ def test_guest_tests_and_deselected_tests_exist():
         assert (vmguest.REPO / path).is_file(), path
     for nodeid in vmguest.GUEST_DESELECT:
         path, _, name = nodeid.partition("::")
+        name, _, param = name.partition("[")          # a parametrized case: its function
         assert path in vmguest.GUEST_TESTS.split(), nodeid
         assert re.search(rf"^def {name}\(", (vmguest.REPO / path).read_text(), re.M), nodeid
+        assert not param or param.rstrip("]") in (vmguest.REPO / path).read_text(), nodeid
 
 
 def test_pytest_command_deselects_unless_tests_are_named(monkeypatch):
