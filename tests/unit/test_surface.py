@@ -84,6 +84,7 @@ class _Fn:
 
 class _Model:
     bucket_has_priv = False
+    futex_symbols: dict = {}
     functions = {p[0]: _Fn(p[0]) for p in kprobes.PROBES}
 
 

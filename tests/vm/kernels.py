@@ -9,8 +9,8 @@ Each entry covers a futex private-hash layout variant (see futex-kernel-facts.md
 CI boots one kernel of each private-hash layout: 6.18 (`hb->priv`, futex_hash
 returns a pointer) and 7.3 (struct futex_bucket_ref by value), side by side.
 FUTEXTRACE_VM_KERNELS selects: unset = those two (CI), "all" = the matrix,
-"none" = no guests, or a comma list of series ("6.18,7.3"), or "6.18-8cpu"
-(EXTRA: opt-in variants).
+"none" = no guests, or a comma list of series ("6.18,7.3"), or "6.18-8cpu",
+"6.18-16cpu", "7.3-clamp" (EXTRA: opt-in variants).
 FUTEXTRACE_VM_TIMEOUT_S overrides each guest's time limit (a machine busy with
 other work runs single-threaded TCG guests several times slower).
 """
@@ -47,7 +47,14 @@ NEWEST = MATRIX[-1]
 # Opt-in (FUTEXTRACE_VM_KERNELS=6.18-8cpu): the automatic hash grows past 16
 # only with more than 4 CPUs, so resizes that wait for their pivot while
 # threads run need this guest (tests/host/test_ramp.py; slow under TCG).
-EXTRA = {"6.18-8cpu": GuestSpec("6.18", cpus=8)}
+# "6.18-16cpu": 4 x min(threads, 16 CPUs) reaches 64, so the automatic hash
+# grows 16 -> 32 -> 64 (tests/host/test_explain.py::test_threads_in_steps
+# against the kernel's GET_SLOTS). "7.3-clamp": 128 fake nodes make the
+# per-node global hash 256 x 16 / 128 = 32 buckets, so 4 x 16 = 64 is clamped
+# to 32 (the formula's upper clamp, which no ordinary machine reaches).
+EXTRA = {"6.18-8cpu": GuestSpec("6.18", cpus=8),
+         "6.18-16cpu": GuestSpec("6.18", cpus=16),
+         "7.3-clamp": GuestSpec("7.3", cpus=16, numa_nodes=128, memory="8G")}
 CI = [MATRIX[1], NEWEST]     # one kernel per layout: pointer + hb->priv, bucket ref by value
 
 
