@@ -51,9 +51,9 @@ def command(pids, duration, watch, interval, json_path):
 
 
 def watch_command(pids, duration, interval, json_out, json_path):
-    from futextrace.kernel import model as kmodel
+    from futextrace.kernel import modelcache
     from futextrace.record import snapshot as S
-    watcher = S.Watcher(kmodel.load(), pids, interval)
+    watcher = S.Watcher(modelcache.load_running()[0], pids, interval)
     to_text = json_path != "-"
 
     def line(obj: dict):

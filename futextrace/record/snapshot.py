@@ -105,8 +105,8 @@ def open_iterator(model):
 
 
 def snapshot(pids: list[int], duration: float = 1.0, model=None) -> dict:
-    from futextrace.kernel import model as kmodel
-    model = model or kmodel.load()
+    from futextrace.kernel import modelcache
+    model = model or modelcache.load_running()[0]     # this boot's cached model
     check_ready(model, pids)
     it, why = open_iterator(model)
     if it is None:

@@ -184,9 +184,9 @@ def test_launched_set_slots_then_clone_is_told_once():
 
 def test_falls_back_and_says_so_where_iterators_are_refused(procs):
     from futextrace.analysis import explain as E
-    from futextrace.kernel import model as kmodel
+    from futextrace.kernel import modelcache
     from futextrace.record.recorder import RecordOptions, record_pids
-    model = kmodel.load()
+    model = modelcache.load_running()[0]    # a copy of this boot's model (slow to build under TCG)
     model.iter_btf_ids = {}       # as on a kernel whose BTF has no bpf_iter_task
     p = procs["custom"]
     rec = record_pids(RecordOptions(pids=[p.pid], duration=0.5, announce=False), model=model)
