@@ -30,6 +30,9 @@ BPF_PERCPU_ARRAY(counters, u64, FTC_NR);
  * Memory-mapped by user space, which reads it without a syscall per slot. */
 #define BPF_F_MMAPABLE_ (1U << 10)
 BPF_F_TABLE("array", u32, struct cache_slot, fcache, CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
+/* Behind it, per CPU, the per-bucket cache: direct-mapped, CACHE_SLOTS slots
+ * per CPU, CPU n's at [n * CACHE_SLOTS]; memory-mapped by user space too. */
+BPF_F_TABLE("array", u32, struct bcache_slot, bcache, CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 
 /* Which private hash each process had when last seen: resize detection. The
@@ -273,37 +276,49 @@ static __always_inline void set_flag(u32 idx)
 		*c = 1;
 }
 
-static __always_inline void add_bucket_stat(struct bucket_stat *bs, struct cache_slot *cs, u64 checked)
+static __always_inline void add_bucket_stat(struct bucket_stat *bs, struct bucket_stat *add)
 {
-	bs->lookups += cs->st.lookups;
-	bs->atomic_lookups += cs->st.atomic_lookups;
-	bs->kernel_checked += checked;
+	bs->lookups += add->lookups;
+	bs->atomic_lookups += add->atomic_lookups;
+	bs->kernel_checked += add->kernel_checked;
 }
 
-/* The exact part: a slot's counts added to its bucket in `buckets`. */
-static __always_inline void flush_to_bucket(struct cache_slot *cs)
+/* The exact counts' map: `add` added to its bucket in `buckets`, inserted
+ * while the map has room (then counted as unattributed). */
+static __always_inline void add_to_buckets(struct bucket_key *key, struct bucket_stat *add)
 {
-	struct bucket_key bk = { .tgid = cs->key.tgid, .kind = cs->key.kind,
-				 .hash_mask = cs->key.hash_mask, .bucket = cs->st.bucket,
-				 .node = cs->st.node };
-	u64 checked = cs->st.kernel_bucket != ~0U ? cs->st.lookups : 0;
+	struct bucket_key bk = *key;          /* on the stack: the helpers' key */
+	struct bucket_stat v = *add;
 	struct bucket_stat *bs = buckets.lookup(&bk);
 	if (bs) {
-		add_bucket_stat(bs, cs, checked);
+		add_bucket_stat(bs, &v);
 		return;
 	}
 	if (!flag_set(FTC_BUCKETS_FULL)) {
-		struct bucket_stat v = { cs->st.lookups, cs->st.atomic_lookups, checked };
 		if (!buckets.insert(&bk, &v))
 			return;
 		bs = buckets.lookup(&bk);   /* lost a race to another CPU's insert? */
 		if (bs) {
-			add_bucket_stat(bs, cs, checked);
+			add_bucket_stat(bs, &v);
 			return;
 		}
 		set_flag(FTC_BUCKETS_FULL);
 	}
-	count_unattributed(cs->key.kind, cs->st.lookups);
+	count_unattributed(bk.kind, v.lookups);
+}
+
+/* A lookup-cache slot's bucket and counts. */
+static __always_inline void slot_bucket(struct cache_slot *cs, struct bucket_key *bk, struct bucket_stat *add)
+{
+	bk->tgid = cs->key.tgid;
+	bk->kind = cs->key.kind;
+	bk->hash_mask = cs->key.hash_mask;
+	bk->bucket = cs->st.bucket;
+	bk->node = cs->st.node;
+	bk->pad = 0;
+	add->lookups = cs->st.lookups;
+	add->atomic_lookups = cs->st.atomic_lookups;
+	add->kernel_checked = cs->st.kernel_bucket != ~0U ? cs->st.lookups : 0;
 }
 
 /* The per-futex list: a slot's counts added to its futex in `futexes` while
@@ -326,14 +341,52 @@ static __always_inline int flush_to_futexes(struct cache_slot *cs)
 	return 0;
 }
 
-/* Each flush goes to exactly one map, so a miss costs one map update at any
- * size of the futex set: to the per-futex list while it has room (user space
- * sums its entries per bucket), then to the per-bucket counts. Exact counts =
- * `futexes` + `buckets` + the cache (loading/maps.py). */
+/* This CPU's slot of the per-bucket cache for a bucket key. */
+static __always_inline u32 bslot_of(struct bucket_key *bk)
+{
+	u64 *w = (u64 *)bk;
+	u64 x = w[0] ^ (w[1] * 0x9E3779B97F4A7C15ULL) ^ (w[2] << 17);
+	u32 way = (x * 0x9E3779B97F4A7C15ULL) >> (64 - CACHE_BITS);
+	return bpf_get_smp_processor_id() * CACHE_SLOTS + way;
+}
+
+/* A slot's counts added up in the per-bucket cache: an array slot, no map
+ * update; a slot held by another bucket goes to `buckets` first. */
+static __always_inline void flush_to_bcache(struct cache_slot *cs)
+{
+	struct bucket_key bk;
+	struct bucket_stat add;
+	slot_bucket(cs, &bk, &add);
+	u32 i = bslot_of(&bk);
+	struct bcache_slot *b = bcache.lookup(&i);
+	if (!b) {
+		add_to_buckets(&bk, &add);           /* a CPU beyond NR_CPU_IDS: cannot happen */
+		return;
+	}
+	u64 *x = (u64 *)&b->key, *y = (u64 *)&bk;
+	if (b->st.lookups && ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]))) {
+		add_to_buckets(&b->key, &b->st);
+		b->st.lookups = 0;
+		b->st.atomic_lookups = 0;
+		b->st.kernel_checked = 0;
+	}
+	if (!b->st.lookups)
+		b->key = bk;
+	add_bucket_stat(&b->st, &add);
+}
+
+/* Where an evicted slot's counts go, exactly one place each, so that a miss
+ * costs no map update at any size of the futex set: a futex that had more
+ * than one lookup while cached to the per-futex list while it has room (user
+ * space sums its entries per bucket); the rest to the per-bucket cache. Exact
+ * counts = `futexes` + `buckets` + both caches (loading/maps.py). A futex
+ * seen once per stay in the cache (a set far larger than the cache) is thus
+ * in the per-bucket counts only: the per-futex list keeps the hot ones. */
 static __always_inline void flush_slot(struct cache_slot *cs)
 {
-	if (!flush_to_futexes(cs))
-		flush_to_bucket(cs);
+	if (cs->st.lookups > 1 && flush_to_futexes(cs))
+		return;
+	flush_to_bcache(cs);
 }
 
 /* The key as three words (it has no padding holes: see futextrace.h), so a
@@ -488,7 +541,14 @@ static __always_inline void account_direct(u32 tgid, u64 hash, u32 hmask, u32 hs
 	classify(&key, &atomic, hash, hmask, hstate, flags_private, node);
 	bucket_of(&key, 0, node, &bucket, &bnode);
 	fill_slot(&cs, &key, atomic, bucket, bnode, ~0);
-	flush_slot(&cs);
+	/* Straight to the maps: the per-bucket cache's branches, too, would
+	 * multiply the verifier's states per entry. */
+	if (!flush_to_futexes(&cs)) {
+		struct bucket_key bk;
+		struct bucket_stat add;
+		slot_bucket(&cs, &bk, &add);
+		add_to_buckets(&bk, &add);
+	}
 }
 
 

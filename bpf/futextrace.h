@@ -96,6 +96,15 @@ struct cache_slot {
 	u64 pad;
 };
 
+/* A slot of the per-CPU per-bucket cache `bcache`: the lookups of evicted
+ * lookup-cache slots that do not go to the per-futex list, added up per bucket
+ * before any map update (see flush_slot). One 64-byte cache line. */
+struct bcache_slot {
+	struct bucket_key key;
+	struct bucket_stat st;
+	u64 pad[2];
+};
+
 /* Events sent through the ring buffer (slow path only). */
 enum ft_event_type {
 	FTE_HASH_SEEN = 1,    /* first sight of a process's hash, or it changed (pivot) */

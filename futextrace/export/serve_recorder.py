@@ -129,8 +129,8 @@ class ServeRecorder(BatchRecorder):
         """The exact per-bucket counts as (tgid, kind, hash_mask, bucket,
         lookups, atomic): the `buckets` map (entries of forgotten processes
         deleted, their lookups folded), the futexes map's share (read by
-        futex_arrays(), which must run first) and the cache's slots not yet
-        flushed to either."""
+        futex_arrays(), which must run first) and both caches' slots not yet
+        flushed."""
         table, rows = self.program.bpf["buckets"], []
         for k, vals in table.items():
             lookups, atomic = sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals)
@@ -142,6 +142,9 @@ class ServeRecorder(BatchRecorder):
         rows += self._map_rows
         for _, slot in self.maps._cache_items():
             rows.append((slot.key.tgid, slot.key.kind, slot.key.hash_mask, slot.st.bucket,
+                         slot.st.lookups, slot.st.atomic_lookups))
+        for _, slot in self.maps.bcache_items():
+            rows.append((slot.key.tgid, slot.key.kind, slot.key.hash_mask, slot.key.bucket,
                          slot.st.lookups, slot.st.atomic_lookups))
         return rows
 

@@ -22,12 +22,15 @@ class MapReader:
 
     def __init__(self, program):
         self.program = program
-        self._cache_map: mmap.mmap | None = None
+        self._maps: dict[str, mmap.mmap] = {}     # memory mappings of the two caches
+
+    @property
+    def _cache_map(self) -> mmap.mmap | None:
+        return self._maps.get("fcache")
 
     def close(self) -> None:
-        if self._cache_map is not None:
-            self._cache_map.close()
-            self._cache_map = None
+        while self._maps:
+            self._maps.popitem()[1].close()
 
     def counters(self, buckets: list[dict]) -> dict[str, list[int]]:
         """Per-CPU counters. The BPF side counts in PRIVATE and GLOBAL only the
@@ -46,11 +49,12 @@ class MapReader:
         return out
 
     def buckets(self, futex_map: list[dict]) -> list[dict]:
-        """Exact per-bucket counts. A cache slot is flushed to exactly one map:
-        the per-futex list while it has room, `buckets` after; so the exact
-        counts are the `buckets` map, the `futexes` map's entries by bucket
-        (`futex_map`: futex_map()'s output, read once by the caller), and the
-        cache's slots (counts not yet flushed)."""
+        """Exact per-bucket counts. An evicted lookup-cache slot goes to exactly
+        one place: the per-futex list (a futex with more than one lookup while
+        cached, while the list has room) or the per-bucket cache, whose evicted
+        slots go to `buckets`; so the exact counts are the `buckets` map, the
+        `futexes` map's entries by bucket (`futex_map`: futex_map()'s output,
+        read once by the caller), and both caches' slots (counts not yet flushed)."""
         out = []
         for k, vals in self.program.bpf["buckets"].items():
             out.append({"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket,
@@ -65,16 +69,28 @@ class MapReader:
                                       st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0]
             out.append({"tgid": s.key.tgid, "kind": s.key.kind, "hash_mask": s.key.hash_mask,
                         "bucket": st.bucket, "node": st.node, "per_cpu": per_cpu})
+        for idx, s in self.bcache_items():
+            per_cpu = [[0, 0, 0] for _ in range(ncpus)]
+            per_cpu[idx // nslots] = [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked]
+            out.append({"tgid": s.key.tgid, "kind": s.key.kind, "hash_mask": s.key.hash_mask,
+                        "bucket": s.key.bucket, "node": s.key.node, "per_cpu": per_cpu})
         return out
 
     def _cache_items(self):
         """(index, slot) of every used slot of the lookup cache, read through
         its memory mapping: one pass over the lookup counts, no syscalls."""
-        table = self.program.bpf["fcache"]
-        if self._cache_map is None:
+        return self._used_slots("fcache")
+
+    def bcache_items(self):
+        """(index, slot) of every used slot of the per-bucket cache (the same way)."""
+        return self._used_slots("bcache")
+
+    def _used_slots(self, name: str):
+        table = self.program.bpf[name]
+        if name not in self._maps:
             size = ct.sizeof(table.Leaf) * table.max_entries
-            self._cache_map = mmap.mmap(table.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        buf = self._cache_map
+            self._maps[name] = mmap.mmap(table.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        buf = self._maps[name]
         leaf = table.Leaf
         # The u64 `st.lookups` of each slot, located through BCC's ctypes view of futextrace.h.
         at = leaf.st.offset + dict(leaf._fields_)["st"].lookups.offset

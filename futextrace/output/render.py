@@ -124,10 +124,12 @@ def render_text(rec: dict) -> str:
         out.append(f"  {causes['map_full']} lookups not attributed to a bucket: buckets map full")
     fl = t.get("futex_list")
     if fl and not fl["complete"]:
+        why = (f"list full at {fl['capacity']}: raise --max-futexes" if fl.get("full") else
+               "futexes looked up only once while in the lookup cache, as in a set larger than it: "
+               "the list keeps futexes with repeated lookups")
         out.append(f"  per-futex list: {fl['futexes_listed']} futexes holding {fl['lookups_listed']} lookups; "
-                   f"{fl['lookups_missed']} lookups not in it (list full at {fl['capacity']}: raise "
-                   "--max-futexes). Bucket and process counts stay exact; futex counts, distinct futexes "
-                   "and collisions are bounds")
+                   f"{fl['lookups_missed']} lookups not in it ({why}). Bucket and process counts stay exact; "
+                   "futex counts, distinct futexes and collisions are bounds")
     if causes.get("user_memory_unreadable"):
         out.append(f"  {causes['user_memory_unreadable']} lookups not attributed: their key (a futex_waitv "
                    "entry or a FUTEX2_NUMA node) was on a user page BPF could not read")

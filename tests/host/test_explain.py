@@ -18,7 +18,6 @@ import time
 
 import pytest
 
-from futextrace.kernel.sizing import auto_buckets
 from futextrace.workload.build import workload_path
 from tests.host.conftest import FT, limit
 
@@ -92,14 +91,28 @@ def check_steps(proc: dict, lines: list[dict], inputs: dict) -> None:
     assert proc["final"]["buckets"] == lines[-1]["slots"]
 
 
-def test_threads_in_steps(explained, inputs):
+def formula(threads: int, cpus: int, gsize: int) -> int:
+    """The kernel's automatic size, written here from futex_hash_allocate_default():
+    clamp(roundup_pow_of_two(4 * min(threads, online CPUs)), 16, global size per node)."""
+    n = 4 * min(threads, cpus)
+    pow2 = 1 << max(0, (n - 1).bit_length())
+    return max(16, min(pow2, gsize))
+
+
+def test_threads_in_steps(explained, inputs, record_property):
     data, proc, lines = explained["threads"]
     check_steps(proc, lines, inputs)
-    # The kernel's answers follow the formula, growing only.
+    # The kernel's answers (GET_SLOTS after each step) follow the formula, growing only.
     expect = 0
     for line in lines[1:]:
-        expect = max(expect, auto_buckets(line["threads"] - 1, inputs["cpus"], inputs["gsize"])["buckets"])
+        expect = max(expect, formula(line["threads"] - 1, inputs["cpus"], inputs["gsize"]))
         assert line["slots"] == expect
+    sizes = sorted({line["slots"] for line in lines if line["slots"]})
+    record_property("sizes", f"{sizes} with {inputs['cpus']} CPUs, global size {inputs['gsize']}")
+    # Growth as far as this machine allows: 16 -> 32 -> 64 with 16 CPUs (tests/vm's
+    # 6.18-16cpu guest), clamped to the global size where that is smaller (7.3-clamp).
+    top = min(4 * min(max_threads(inputs) - 1, inputs["cpus"]), inputs["gsize"])
+    assert sizes[-1] == max(16, 1 << (top - 1).bit_length())
     reasons = {s["reason"] for s in proc["steps"]}
     assert "resized" in reasons and "big_enough" in reasons
 

@@ -23,13 +23,14 @@ pytestmark = pytest.mark.root
 
 def by_map_name(insns: bytes, bpf) -> list[tuple]:
     """The instructions, each map fd replaced by the name of the map it is in `bpf`."""
+    import ctypes as ct
     from bcc import lib
+    name_of = ct.CFUNCTYPE(ct.c_char_p, ct.c_void_p, ct.c_ulonglong)(("bpf_table_name", lib))
+    count = ct.CFUNCTYPE(ct.c_ulonglong, ct.c_void_p)(("bpf_num_tables", lib))
     names = {}
-    for name in (b"futexes", b"buckets", b"counters", b"fcache", b"events", b"mm_hash", b"last_hash",
-                 b"waitv_work", b"waitv_progs", b"inflight", b"put_marks"):
-        fd = lib.bpf_table_fd(bpf.module, name)
-        if fd >= 0:
-            names[fd] = name
+    for i in range(count(bpf.module)):
+        name = name_of(bpf.module, i)
+        names[lib.bpf_table_fd(bpf.module, name)] = name
     out = []
     for k in range(0, len(insns), 8):
         code, regs, off, imm = struct.unpack_from("<BBhi", insns, k)
