@@ -7,7 +7,8 @@ Each entry covers a futex private-hash layout variant (see futex-kernel-facts.md
   7.3   runtime-constant hashing, the global hash variables moved (newest)
 
 CI boots one kernel of each private-hash layout: 6.18 (`hb->priv`, futex_hash
-returns a pointer) and 7.3 (struct futex_bucket_ref by value), side by side.
+returns a pointer) and 7.3 (struct futex_bucket_ref by value), side by side,
+then a 32-CPU 7.3 guest for the automatic hash's growth and upper clamp.
 FUTEXTRACE_VM_KERNELS selects: unset = those two (CI), "all" = the matrix,
 "none" = no guests, or a comma list of series ("6.18,7.3"), or "6.18-8cpu",
 "6.18-16cpu", "7.3-clamp" (EXTRA: opt-in variants).
@@ -27,6 +28,7 @@ class GuestSpec:
     memory: str = "4G"      # overlay writes live in guest RAM; 2G died once mid-suite
     numa_nodes: int = 1     # > 1: fake NUMA (numa=fake=N), so per-node figures see a real topology
     timeout_s: int = 1800   # host-side limit for one guest run: TCG makes every BCC compile slow
+    tests: str = ""         # in-guest pytest selection; "" = vmguest.GUEST_TESTS minus its deselects
 
     @property
     def append(self) -> list[str]:
@@ -55,7 +57,14 @@ NEWEST = MATRIX[-1]
 EXTRA = {"6.18-8cpu": GuestSpec("6.18", cpus=8),
          "6.18-16cpu": GuestSpec("6.18", cpus=16),
          "7.3-clamp": GuestSpec("7.3", cpus=16, numa_nodes=128, memory="8G")}
-CI = [MATRIX[1], NEWEST]     # one kernel per layout: pointer + hb->priv, bucket ref by value
+# "7.3-growth": 32 CPUs and 128 fake nodes (global size 256 x 32 / 128 = 64),
+# so the automatic hash grows 16 -> 32 -> 64 and 4 x 32 = 128 is clamped to
+# 64, each step against GET_SLOTS. In CI with only that test (~3.5 min).
+GROWTH = GuestSpec("7.3", cpus=32, numa_nodes=128, memory="8G", timeout_s=900,
+                   tests=("tests/host/test_guest_smoke.py tests/host/test_explain.py "
+                          "-k 'topology or threads_in_steps'"))
+EXTRA["7.3-growth"] = GROWTH
+CI = [MATRIX[1], NEWEST, GROWTH]   # one kernel per layout (pointer + hb->priv, bucket ref by value), and growth
 
 
 def selected() -> list[GuestSpec]:

@@ -147,7 +147,7 @@ def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[
 
 
 def pytest_command(spec, out: Path, pytest_args: str = "") -> str:
-    tests = os.environ.get("FUTEXTRACE_VM_TESTS")
+    tests = os.environ.get("FUTEXTRACE_VM_TESTS") or spec.tests
     if not tests:
         tests = GUEST_TESTS + "".join(f" --deselect {shlex.quote(d)}" for d in GUEST_DESELECT)
     return PYTEST_COMMAND.format(timeout=spec.timeout_s - 120, python=sys.executable, out=out,
