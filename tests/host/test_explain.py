@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import time
 
 import pytest
 
@@ -156,23 +155,23 @@ def test_clones_that_do_not_resize(explained, inputs):
 
 
 def test_snapshot(tmp_path):
-    # Long enough to outlive a slow BCC compile (minutes under QEMU/TCG); killed below.
-    bench = subprocess.Popen([str(workload_path()), "-t", "2", "-f", "8", "-r", "900", "-b", "64"],
-                             stdout=subprocess.DEVNULL)
-    idle = subprocess.Popen(["sleep", "900"])
+    # Idle holders (tests/host/holders.py): a busy workload's threads would take
+    # the CPU from the snapshot command under QEMU/TCG (a minute instead of seconds).
+    from tests.host.holders import start
+    custom, idle = start("custom", 64), subprocess.Popen(["sleep", "900"])
     try:
-        time.sleep(0.5)
         out = tmp_path / "snap.json"
-        p = subprocess.run([*FT, "snapshot", "-p", str(bench.pid), "-p", str(idle.pid), "-d", "1",
+        p = subprocess.run([*FT, "snapshot", "-p", str(custom.pid), "-p", str(idle.pid), "-d", "1",
                             "--json", str(out)], capture_output=True, text=True, timeout=limit(300))
         assert p.returncode == 0, p.stderr
         rows = {r["pid"]: r for r in json.loads(out.read_text())["processes"]}
-        assert (rows[bench.pid]["buckets"], rows[bench.pid]["kind"], rows[bench.pid]["mode"]) == \
+        assert custom.own["slots"] == 64      # the process's own GET_SLOTS
+        assert (rows[custom.pid]["buckets"], rows[custom.pid]["kind"], rows[custom.pid]["mode"]) == \
             (64, "private", "custom")
         # An idle process is read from the kernel too (task iterator): sleep has no private hash.
         assert (rows[idle.pid]["kind"], rows[idle.pid]["mode"], rows[idle.pid]["buckets"]) == \
             ("global", "auto", 0)
     finally:
-        for proc in (bench, idle):
+        for proc in (custom, idle):
             proc.kill()
             proc.wait()
