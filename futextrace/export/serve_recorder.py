@@ -140,12 +140,8 @@ class ServeRecorder(BatchRecorder):
                 continue
             rows.append((k.tgid, k.kind, k.hash_mask, k.bucket, lookups, atomic))
         rows += self._map_rows
-        for _, slot in self.maps._cache_items():
-            rows.append((slot.key.tgid, slot.key.kind, slot.key.hash_mask, slot.st.bucket,
-                         slot.st.lookups, slot.st.atomic_lookups))
-        for _, slot in self.maps.bcache_items():
-            rows.append((slot.key.tgid, slot.key.kind, slot.key.hash_mask, slot.key.bucket,
-                         slot.st.lookups, slot.st.atomic_lookups))
+        rows += [(tgid, kind, hash_mask, bucket, lookups, atomic) for _cpu, tgid, kind, hash_mask, bucket, _node,
+                 (lookups, atomic, _checked) in self.maps.cached_bucket_rows()]
         return rows
 
     def _fold(self, kind: int, lookups: int, atomic: int) -> None:

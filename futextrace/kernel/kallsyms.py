@@ -67,7 +67,8 @@ class Kallsyms:
         pending: list[Symbol] = []     # kept symbols still waiting for their next_text
         with open(path, "r", errors="replace") as f:
             for line in f:
-                if containing is not None and containing not in line and not pending:
+                wanted = containing is None or containing in line
+                if not wanted and not pending:
                     continue
                 parts = line.split()
                 if len(parts) < 3:
@@ -75,10 +76,10 @@ class Kallsyms:
                 addr = int(parts[0], 16)
                 if pending and parts[1] in "Tt" and addr:
                     for s in pending:
-                        if s.address and addr > s.address:
+                        if addr > s.address:
                             s.next_text = addr
-                    pending = [s for s in pending if s.next_text is None and s.address]
-                if containing is not None and containing not in line:
+                    pending = [s for s in pending if s.next_text is None]
+                if not wanted:
                     continue
                 mod = parts[3].strip("[]") if len(parts) > 3 else None
                 if mod is not None and not modules:

@@ -61,27 +61,31 @@ class MapReader:
                         "node": k.node, "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked]
                                                     for v in vals]})
         out += futexes_as_buckets(futex_map)
-        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
-        for idx, s in self._cache_items():
-            per_cpu = [[0, 0, 0] for _ in range(ncpus)]
-            st = s.st
-            per_cpu[idx // nslots] = [st.lookups, st.atomic_lookups,
-                                      st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0]
-            out.append({"tgid": s.key.tgid, "kind": s.key.kind, "hash_mask": s.key.hash_mask,
-                        "bucket": st.bucket, "node": st.node, "per_cpu": per_cpu})
-        for idx, s in self.bcache_items():
-            per_cpu = [[0, 0, 0] for _ in range(ncpus)]
-            per_cpu[idx // nslots] = [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked]
-            out.append({"tgid": s.key.tgid, "kind": s.key.kind, "hash_mask": s.key.hash_mask,
-                        "bucket": s.key.bucket, "node": s.key.node, "per_cpu": per_cpu})
+        for cpu, tgid, kind, hash_mask, bucket, node, counts in self.cached_bucket_rows():
+            per_cpu = [[0, 0, 0] for _ in range(self.program.ncpu_ids)]
+            per_cpu[cpu] = counts
+            out.append({"tgid": tgid, "kind": kind, "hash_mask": hash_mask,
+                        "bucket": bucket, "node": node, "per_cpu": per_cpu})
         return out
+
+    def cached_bucket_rows(self):
+        """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked])
+        of every used slot of both caches: the counts not yet flushed to a map."""
+        nslots = self.program.cache_slots
+        for idx, s in self._cache_items():
+            st = s.st
+            yield (idx // nslots, s.key.tgid, s.key.kind, s.key.hash_mask, st.bucket, st.node,
+                   [st.lookups, st.atomic_lookups, st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0])
+        for idx, s in self._bcache_items():
+            yield (idx // nslots, s.key.tgid, s.key.kind, s.key.hash_mask, s.key.bucket, s.key.node,
+                   [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked])
 
     def _cache_items(self):
         """(index, slot) of every used slot of the lookup cache, read through
         its memory mapping: one pass over the lookup counts, no syscalls."""
         return self._used_slots("fcache")
 
-    def bcache_items(self):
+    def _bcache_items(self):
         """(index, slot) of every used slot of the per-bucket cache (the same way)."""
         return self._used_slots("bcache")
 

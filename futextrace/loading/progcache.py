@@ -99,7 +99,8 @@ def map_references(insns: bytes, fd_names: dict[int, str]) -> list[list] | None:
 def snapshot(bpf) -> dict | None:
     """The compiled module as a cache entry, or None when it cannot be replayed."""
     lib = _lib()
-    fd_names = {lib.bpf_table_fd(bpf.module, name.encode()): name for name in tables(bpf.module)}
+    described = tables(bpf.module)
+    fd_names = {lib.bpf_table_fd(bpf.module, name.encode()): name for name in described}
     functions = {}
     for i in range(lib.bpf_num_functions(bpf.module)):
         name = lib.bpf_function_name(bpf.module, i).decode()
@@ -112,7 +113,7 @@ def snapshot(bpf) -> dict | None:
         functions[name] = {"insns": insns.hex(), "maps": refs}
     return {"format": FORMAT, "license": lib.bpf_module_license(bpf.module).decode(),
             "kern_version": lib.bpf_module_kern_version(bpf.module),
-            "tables": tables(bpf.module), "functions": functions}
+            "tables": described, "functions": functions}
 
 
 def read_entry(path: Path) -> dict | None:
