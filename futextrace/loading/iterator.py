@@ -22,6 +22,7 @@ from pathlib import Path
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.loading.bpfsys import ATTR_SIZE, BPF_TRACE_ITER, bpf, load_tracing
+from futextrace.loading import progcache
 from futextrace.loading.layout import bpf_dir
 
 BPF_LINK_CREATE = 28
@@ -67,7 +68,7 @@ def _compile(source: str, flags: list[str]) -> dict:
         leaf = lib.bpf_table_leaf_desc(b.module, b"iter_layout").decode()
     finally:
         b.cleanup()
-    return {"insns": insns.hex(), "leaf": leaf}
+    return {"format": progcache.FORMAT, "insns": insns.hex(), "leaf": leaf}
 
 
 def compiled(model) -> tuple[bytes, type]:
@@ -77,17 +78,11 @@ def compiled(model) -> tuple[bytes, type]:
     header = (bpf_dir() / "futextrace.h").read_text()
     key = hashlib.sha256("\0".join([source, header, *flags]).encode()).hexdigest()[:24]
     path = _cache_dir() / f"task-{key}.json"
-    try:
-        entry = json.loads(path.read_text())
-    except (OSError, ValueError):
+    # The program cache's reading and writing: only entries this user wrote, best effort.
+    entry = progcache.read_entry(path)
+    if entry is None:
         entry = _compile(source, flags)
-        try:   # best effort: an unwritable cache only costs the next run a compile
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entry))
-            tmp.replace(path)
-        except OSError:
-            pass
+        progcache.write_entry(path, entry)
     from bcc import BPF   # BCC turns its own layout description into ctypes
     return bytes.fromhex(entry["insns"]), BPF._decode_table_type(json.loads(entry["leaf"]))
 
