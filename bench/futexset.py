@@ -1,163 +1,219 @@
 #!/usr/bin/env python3
 """Does tracing cost more per futex call as the set of distinct futexes grows?
 
-For each size of the futex set, each round runs the workload untraced and then
-traced by futextrace (tracepoint method, whole system; order alternated per
-round), back to back, and divides the traced ops/s by the untraced: the figure
-is the median of those per-round ratios, so a noisy machine shifts both halves
-of a pair alike. Also printed per size: lookups the tracer could not attribute
-to a bucket ("unattributed", map full), and how many lookups the bounded
-per-futex list misses (the per-bucket and per-process counts stay exact).
-
 Workload: the built-in futexbench, one thread, `-f N` distinct private futexes
 (FUTEX_WAIT with a value that never matches: one hash lookup per call).
 
-    sudo .venv/bin/python bench/futexset.py --pairs 3 --runtime 2
+futextrace (tracepoint method, whole system) is loaded once; its futex hook is
+detached and attached again between runs (maps kept), so each round runs, per
+size and back to back, three conditions in a rotating order:
+
+  untraced    no BPF program on sys_enter
+  bare hook   a BPF program on the same tp_btf sys_enter hook that returns at
+              once: what any sys_enter tracer pays, whatever it does
+  futextrace  the real thing
+
+Sizes are interleaved within each round, so a machine that gets busier or
+quieter shifts every size alike. The table prints, per size, the median of the
+per-round ratios to the untraced run (with the interquartile range) for the
+bare hook and for futextrace, and their difference (what futextrace's own work
+costs). BPF run statistics are off during these runs (they cost time per run);
+one more traced run per size with a fresh recorder and statistics on gives the
+BPF ns per run, the lookups the tracer could not attribute to a bucket ("map
+full") and the workload's lookups the bounded per-futex list does not name (the
+per-bucket and per-process counts stay exact).
+
+    sudo .venv/bin/python bench/futexset.py --rounds 10 --runtime 0.5
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
-from typing import NamedTuple
 
 SIZES = [16, 4096, 16384, 262144, 1048576]
+CONDITIONS = ("untraced", "bare", "futextrace")
+BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
+BARE_HOOK = "int ft_bare_sys_enter(u64 *ctx) { return 0; }"
 
 
-class Run(NamedTuple):
-    ops_per_s: float        # the workload's own figure (wall clock)
-    ops_per_cpu_s: float    # operations per CPU-second the workload used (user + system,
-                            # BPF included): what a busy machine's waits do not disturb
-    pid: int
-
-
-def run_workload(nfutexes: int, runtime: str) -> Run:
+def run_workload(nfutexes: int, runtime: str) -> dict:
     from futextrace.workload.build import workload_path
     argv = [str(workload_path()), "-t", "1", "-f", str(nfutexes), "-r", runtime]
-    with tempfile.TemporaryFile("w+") as out:
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(p.pid, 0)     # reaped here, for its rusage
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read()
+    p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
-        raise RuntimeError(f"futexbench exited {p.returncode}: {text.strip()[-300:]}")
-    r = json.loads(text)
-    return Run(float(r["avg_ops_per_sec"]), r["total_ops"] / (usage.ru_utime + usage.ru_stime), r["pid"])
+        raise RuntimeError(f"futexbench exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    return json.loads(p.stdout)
 
 
-BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
+class BareHook:
+    """A tp_btf sys_enter program that does nothing, attached on demand."""
+
+    def __init__(self, btf_id: int):
+        from futextrace.kernel.headers import bcc_environment
+        from futextrace.loading import tpbtf
+        bcc_environment()      # BCC's header path, before it compiles anything
+        from bcc import BPF
+        self._bpf = BPF(text=BARE_HOOK)
+        self._prog = tpbtf.load(self._bpf, "ft_bare_sys_enter", btf_id)
+
+    @contextlib.contextmanager
+    def attached(self):
+        from futextrace.loading import tpbtf
+        link = tpbtf.attach_loaded(self._prog)
+        try:
+            yield
+        finally:
+            os.close(link)
+
+    def close(self):
+        os.close(self._prog)
+        self._bpf.cleanup()
 
 
-def bpf_run_stats(program) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) summed over the recorder's programs: the time
-    spent in BPF, which a busy machine disturbs less than throughput."""
+def one_round(i: int, sizes: list[int], runtime: str, program, bare: BareHook, results: dict) -> None:
+    """Every size once, in an order reversed every other round; per size the
+    three conditions in an order rotated by round."""
+    for n in (sizes if i % 2 == 0 else sizes[::-1]):
+        order = CONDITIONS[i % 3:] + CONDITIONS[:i % 3]
+        ops = {}
+        for cond in order:
+            if cond == "futextrace":
+                ops[cond] = run_workload(n, runtime)["avg_ops_per_sec"]
+                continue
+            with program.hot_path_detached(), (bare.attached() if cond == "bare" else contextlib.nullcontext()):
+                ops[cond] = run_workload(n, runtime)["avg_ops_per_sec"]
+        r = {"untraced": ops["untraced"], "bare": ops["bare"] / ops["untraced"],
+             "futextrace": ops["futextrace"] / ops["untraced"]}
+        results[n].append(r)
+        print(f"# round {i + 1} {n} futexes ({'/'.join(order)}): untraced {ops['untraced']:,.0f} ops/s, "
+              f"retained: bare hook {r['bare']:.3f}, futextrace {r['futextrace']:.3f}", flush=True)
+
+
+def measure_throughput(sizes: list[int], rounds: int, runtime: str, model) -> dict:
+    from futextrace.record.recorder import Recorder, RecordOptions
+    from futextrace.loading.loader import _tp_btf_id
+    btf_id = _tp_btf_id(model)
+    if btf_id is None:
+        sys.exit("futexset.py: needs the tp_btf sys_enter hook (this kernel or FUTEXTRACE_NO_TP_BTF refuses it)")
+    bare = BareHook(btf_id)
+    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False), model)
+    rec.start()
+    results = {n: [] for n in sizes}
+    failure = []
+
+    def work():
+        try:
+            for i in range(rounds):
+                one_round(i, sizes, runtime, rec.program, bare, results)
+        except BaseException as e:    # reported by the main thread
+            failure.append(e)
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+        rec.run(until=lambda: not t.is_alive())   # the recorder keeps draining its ring buffer
+        t.join()
+    finally:
+        rec.close()
+        bare.close()
+    if failure:
+        raise failure[0]
+    return results
+
+
+def measure_detail(n: int, runtime: str, model) -> dict:
+    """One traced run with a fresh recorder and BPF statistics on."""
     from futextrace.loading.bpfsys import prog_stats
-    fds = [fn.fd for fn in program._bpf.funcs.values()] + [fd for _, fd in program._tp_btf]
-    stats = [prog_stats(fd) for fd in fds]
-    return sum(s.run_time_ns for s in stats), sum(s.run_cnt for s in stats)
-
-
-def run_traced(nfutexes: int, runtime: str, model) -> tuple[Run, dict]:
-    """ops/s under futextrace, and the recording's totals (plus BPF ns per run)."""
     from futextrace.record.recorder import Recorder, RecordOptions
     rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False), model)
     rec.start()
     try:
-        result = {}
-        t = threading.Thread(target=lambda: result.update(ops=run_workload(nfutexes, runtime)))
+        out = {}
+        t = threading.Thread(target=lambda: out.update(run_workload(n, runtime)))
         t.start()
         duration = rec.run(until=lambda: not t.is_alive())
         t.join()
-        ns, runs = bpf_run_stats(rec.program)
+        prog = rec.program
+        fds = [fn.fd for fn in prog.bpf.funcs.values()] + [fd for _, fd in prog._tp_btf]
+        stats = [prog_stats(fd) for fd in fds]
+        runs = sum(s.run_cnt for s in stats)
         recording = rec.recording(duration)
-        totals = recording["totals"]
-        totals["bpf_ns_per_run"] = ns / runs if runs else 0.0
-        # The workload's own lookups the per-futex list misses (the machine's
-        # other processes are traced too, and share the list).
-        mine = [p for p in recording["processes"] if p["pid"] == result["ops"].pid]
-        totals["workload_missed"] = sum(h.get("futex_detail", {}).get("lookups_missed", 0)
-                                        for p in mine for h in p["hashes"])
-        return result["ops"], totals
+        mine = [p for p in recording["processes"] if p["pid"] == out["pid"]]
+        return {"bpf_ns": sum(s.run_time_ns for s in stats) / runs if runs else 0.0,
+                "unattributed": recording["totals"]["unattributed"],
+                "missed": sum(h.get("futex_detail", {}).get("lookups_missed", 0)
+                              for p in mine for h in p["hashes"])}
     finally:
         rec.close()
 
 
+@contextlib.contextmanager
+def bpf_stats(on: bool):
+    with open(BPF_STATS) as f:
+        before = f.read().strip()
+    with open(BPF_STATS, "w") as f:
+        f.write("1" if on else "0")
+    try:
+        yield
+    finally:
+        with open(BPF_STATS, "w") as f:
+            f.write(before)
+
+
+def quartiles(xs: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return q[0], q[2]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=int, default=3, help="rounds per size (untraced + traced each)")
-    ap.add_argument("--runtime", default="2", help="workload seconds per run")
+    ap.add_argument("--rounds", type=int, default=10, help="rounds (every size, three conditions each)")
+    ap.add_argument("--runtime", default="0.5", help="workload seconds per run")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated futex set sizes")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("futexset.py: needs root")
     sizes = [int(s) for s in a.sizes.split(",")]
     print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
-          f"futexbench -t 1 -r {a.runtime}, {a.pairs} rounds per size", flush=True)
-    # SIGTERM ends the run through the `finally` below: the setting is restored.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with open(BPF_STATS) as f:
-        stats_before = f.read().strip()
-    with open(BPF_STATS, "w") as f:
-        f.write("1")
-    try:
-        rows = measure(sizes, a)
-    finally:
-        with open(BPF_STATS, "w") as f:
-            f.write(stats_before)
-    print("\n| distinct futexes | untraced ops/s | retained throughput (median; range) "
-          "| retained per CPU-second | BPF ns per run | unattributed lookups | lookups not in the per-futex list |")
-    print("|---|---|---|---|---|---|---|")
-    for n, base, med, lo, hi, ns, un, mi, cpu in rows:
-        print(f"| {n:,} | {base:,.0f} | {med:.3f} ({lo:.3f}..{hi:.3f}) | {cpu:.3f} | {ns:.0f} | {un:,} | {mi:,} |")
-    ref = rows[0]
-    print(f"\n# retained minus the {ref[0]:,}-futex figure: "
-          + ", ".join(f"{r[0]:,}: {r[2] - ref[2]:+.3f}" for r in rows[1:]))
-    print(f"# retained per CPU-second minus the {ref[0]:,}-futex figure: "
-          + ", ".join(f"{r[0]:,}: {r[8] - ref[8]:+.3f}" for r in rows[1:]))
-    print(f"# BPF ns per run minus the {ref[0]:,}-futex figure: "
-          + ", ".join(f"{r[0]:,}: {r[5] - ref[5]:+.0f}" for r in rows[1:]))
+          f"futexbench -t 1 -r {a.runtime}, {a.rounds} rounds", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # `finally` blocks restore the settings
+    from futextrace.kernel import model as kmodel
+    model = kmodel.load()
+    with bpf_stats(False):
+        results = measure_throughput(sizes, a.rounds, a.runtime, model)
+    with bpf_stats(True):
+        detail = {n: measure_detail(n, a.runtime, model) for n in sizes}
+    print_table(sizes, results, detail)
     print(f"# load average {os.getloadavg()[0]:.2f} at end")
     return 0
 
 
-def one_round(n: int, i: int, runtime: str, model) -> dict:
-    """Untraced and traced once each, in an order alternated by round."""
-    if i % 2:
-        traced, totals = run_traced(n, runtime, model)
-        base = run_workload(n, runtime)
-    else:
-        base = run_workload(n, runtime)
-        traced, totals = run_traced(n, runtime, model)
-    r = {"untraced": base.ops_per_s, "ratio": traced.ops_per_s / base.ops_per_s,
-         "cpu_ratio": traced.ops_per_cpu_s / base.ops_per_cpu_s, "ns": totals["bpf_ns_per_run"],
-         "unattributed": totals["unattributed"], "missed": totals["workload_missed"]}
-    print(f"# {n} futexes round {i + 1}: untraced {base.ops_per_s:,.0f} traced {traced.ops_per_s:,.0f} "
-          f"ratio {r['ratio']:.3f} per CPU-second {r['cpu_ratio']:.3f} BPF {r['ns']:.0f} ns/run "
-          f"unattributed {r['unattributed']:,} not in per-futex list {r['missed']:,}", flush=True)
-    return r
-
-
-def measure(sizes: list[int], a) -> list[tuple]:
-    from futextrace.kernel import model as kmodel
-    model = kmodel.load()
-    rows = []
+def print_table(sizes, results, detail) -> None:
+    print("\n| distinct futexes | untraced ops/s | retained, bare hook (median; IQR) "
+          "| retained, futextrace (median; IQR) | futextrace / bare hook | BPF ns per run "
+          "| unattributed lookups | lookups not in the per-futex list |")
+    print("|---|---|---|---|---|---|---|---|")
+    med = {}
     for n in sizes:
-        rounds = [one_round(n, i, a.runtime, model) for i in range(a.pairs)]
-
-        def col(k):
-            return [r[k] for r in rounds]
-        ratios = col("ratio")
-        rows.append((n, statistics.median(col("untraced")), statistics.median(ratios), min(ratios),
-                     max(ratios), statistics.median(col("ns")), max(col("unattributed")),
-                     max(col("missed")), statistics.median(col("cpu_ratio"))))
-    return rows
+        rs = results[n]
+        bare, ft = [r["bare"] for r in rs], [r["futextrace"] for r in rs]
+        own = statistics.median(r["futextrace"] / r["bare"] for r in rs)
+        med[n] = (statistics.median(bare), statistics.median(ft), own)
+        (bl, bh), (fl, fh) = quartiles(bare), quartiles(ft)
+        d = detail[n]
+        print(f"| {n:,} | {statistics.median(r['untraced'] for r in rs):,.0f} "
+              f"| {med[n][0]:.3f} ({bl:.3f}..{bh:.3f}) | {med[n][1]:.3f} ({fl:.3f}..{fh:.3f}) "
+              f"| {own:.3f} | {d['bpf_ns']:.0f} | {d['unattributed']:,} | {d['missed']:,} |")
+    ref = sizes[0]
+    for label, k in (("futextrace", 1), ("bare hook", 0), ("futextrace / bare hook", 2)):
+        print(f"# {label}, minus the {ref:,}-futex figure: "
+              + ", ".join(f"{n:,}: {med[n][k] - med[ref][k]:+.3f}" for n in sizes[1:]))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 def bpf_dir() -> Path:
     # A source checkout (editable install) has bpf/ beside the package; an
     # installed wheel carries it as the package futextrace.bpf.
-    repo = Path(__file__).resolve().parent.parent / "bpf"
+    repo = Path(__file__).resolve().parents[2] / "bpf"
     if (repo / "futextrace.h").is_file():
         return repo
     return Path(str(resources.files("futextrace.bpf")))

@@ -8,6 +8,7 @@ and is also registered to run at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -258,6 +259,26 @@ class Program:
         self._bpf = None
         self._bpf = _compile(BPF, self.method, self._cflags)
         self._fill_filters()
+
+    @contextlib.contextmanager
+    def hot_path_detached(self):
+        """For side-by-side benchmarks (bench/futexset.py): the futex hot path
+        (the tp_btf sys_enter hook) detached for the `with` block and attached
+        again after, with every map and count kept, so untraced and traced
+        runs can alternate without a compile or a load in between."""
+        if self.method != "tracepoint" or not self._tp_btf:
+            raise EnvironmentProblem("only the tracepoint method's tp_btf hook can be detached and reattached")
+        from futextrace.loading import tpbtf
+        link, prog = self._tp_btf.pop(0)
+        os.close(link)
+        try:
+            yield
+        finally:
+            try:
+                self._tp_btf.insert(0, (tpbtf.attach_loaded(prog), prog))
+            except KernelRefused:
+                os.close(prog)
+                raise
 
     def _close_links(self):
         while self._tp_btf:

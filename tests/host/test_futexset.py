@@ -2,7 +2,8 @@
 
 tests/data/manyfutexes.c uses 100,000 distinct private futexes (the per-futex
 map is cut to 4096 entries, the per-CPU cache holds 4096 slots), futex i
-1 + i % 3 times, under a custom 64-slot hash. Expected per-bucket counts come
+1 + i % 3 times, and one hot futex after each of them, under a custom 64-slot
+hash. Expected per-bucket counts come
 from the tests' own jhash2 (fidelity_ref.py) of the known addresses, and the
 slot count from the process's own PR_FUTEX_HASH_GET_SLOTS.
 """
@@ -49,6 +50,7 @@ def expected_buckets(wl: dict) -> Counter:
     want = Counter()
     for i in range(wl["futexes"]):
         want[fidelity_ref.private_bucket(wl["base"] + 4 * i, mask)] += 1 + i % 3
+    want[fidelity_ref.private_bucket(wl["hot"], mask)] += wl["futexes"]
     return want
 
 
@@ -60,7 +62,7 @@ def test_bucket_counts_exact_beyond_every_map(recorded):
     assert len(private) == 1 and private[0]["buckets"] == wl["slots"]
     got = {int(b): n for b, n in private[0]["bucket_counts"].items()}
     assert got == dict(expected_buckets(wl))
-    assert proc["lookups"] == sum(1 + i % 3 for i in range(NFUTEXES))
+    assert proc["lookups"] == sum(1 + i % 3 for i in range(NFUTEXES)) + NFUTEXES
     assert rec["totals"]["unattributed"] == 0
 
 
@@ -76,3 +78,15 @@ def test_futex_list_says_what_it_misses(recorded):
     assert est["low"] <= NFUTEXES <= est["high"]
     fl = rec["totals"]["futex_list"]
     assert fl["capacity"] == LIST_CAPACITY and fl["full"] and not fl["complete"]
+
+
+def test_hot_futex_listed_amid_the_stream(recorded):
+    """The hot futex (one call in every three) is named in the per-futex list
+    with nearly all of its lookups, though a hundred thousand cold futexes
+    stream through its cache set; the cold ones are only counted per bucket."""
+    rec, wl = recorded
+    proc = next(p for p in rec["processes"] if p["pid"] == wl["pid"])
+    listed = {int(f["uaddr"], 16): f["lookups"] for f in proc["futex_list"]["listed"]}
+    assert wl["hot"] in listed, "the hot futex is not in the per-futex list"
+    n = listed[wl["hot"]]
+    assert NFUTEXES - 100 <= n <= NFUTEXES

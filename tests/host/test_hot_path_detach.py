@@ -1,0 +1,59 @@
+"""Program.hot_path_detached(), which bench/futexset.py uses to run untraced
+and traced workloads side by side with one loaded program: while detached, a
+workload's futex calls are not counted; attached again, the next workload's
+calls are counted exactly, and what was counted before is kept."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
+              pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF")]
+
+PASSES, FUTEXES = 200, 16        # futexbench -n: exactly PASSES * FUTEXES calls per thread
+
+
+def run_bench() -> tuple[int, set[int]]:
+    """The workload's pid and its futex addresses (each gets PASSES calls)."""
+    from futextrace.workload.build import workload_path
+    out = subprocess.run([str(workload_path()), "-t", "1", "-f", str(FUTEXES), "-n", str(PASSES), "--addrs"],
+                         capture_output=True, text=True, check=True)
+    wl = json.loads(out.stdout)
+    return wl["pid"], {int(a, 16) for t in wl["per_thread"] for a in t["addrs"]}
+
+
+def listed(rec: dict, pid: int, addrs: set[int]) -> dict[int, int]:
+    proc = next((p for p in rec["processes"] if p["pid"] == pid), None)
+    if proc is None:
+        return {}
+    return {a: n for f in proc["futex_list"]["listed"] if (a := int(f["uaddr"], 16)) in addrs
+            for n in [f["lookups"]]}
+
+
+def test_detached_runs_are_not_counted_and_counts_are_kept():
+    from futextrace.kernel import model as kmodel
+    from futextrace.record.recorder import Recorder, RecordOptions
+    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False),
+                   kmodel.load())
+    rec.start()
+    try:
+        if not rec.program.probes[0].startswith("tp_btf"):
+            pytest.skip("the kernel refused tp_btf: nothing to detach")
+        before = run_bench()
+        with rec.program.hot_path_detached():
+            detached = run_bench()
+        after = run_bench()
+        rec.run(until=lambda: True)
+        recording = rec.recording(1.0)
+        exact = {a: PASSES for a in before[1]}
+        assert listed(recording, *before) == exact                      # counted before, and kept
+        assert detached[0] not in {p["pid"] for p in recording["processes"]}  # nothing while detached
+        assert listed(recording, *after) == {a: PASSES for a in after[1]}    # counted again after
+        assert recording["totals"]["missed_runs"] == 0
+    finally:
+        rec.close()
