@@ -139,9 +139,7 @@ def measure_detail(n: int, runtime: str, model) -> dict:
         t.start()
         duration = rec.run(until=lambda: not t.is_alive())
         t.join()
-        prog = rec.program
-        fds = [fn.fd for fn in prog.bpf.funcs.values()] + [fd for _, fd in prog._tp_btf]
-        stats = [prog_stats(fd) for fd in fds]
+        stats = [prog_stats(fd) for fd in rec.program.program_fds()]
         runs = sum(s.run_cnt for s in stats)
         recording = rec.recording(duration)
         mine = [p for p in recording["processes"] if p["pid"] == out["pid"]]

@@ -275,7 +275,7 @@ class Program:
             yield
         finally:
             try:
-                self._tp_btf.insert(0, (tpbtf.attach_loaded(prog), prog))
+                self._tp_btf.insert(0, (tpbtf.attach_loaded(prog, "ft_btf_sys_enter"), prog))
             except KernelRefused:
                 os.close(prog)
                 raise
@@ -291,14 +291,20 @@ class Program:
         where syscall tracepoints run preemptibly (lazy/full preemption), a
         preempted run of ours. The lookups of a skipped run are not counted."""
         from futextrace.loading.bpfsys import prog_stats
-        fds = [fn.fd for fn in self._bpf.funcs.values()] + [prog for _, prog in self._tp_btf] if self._bpf else []
         missed = 0
-        for fd in fds:
+        for fd in self.program_fds():
             try:
                 missed += prog_stats(fd).recursion_misses
             except OSError:
                 continue
         return missed
+
+    def program_fds(self) -> list[int]:
+        """The fds of every loaded program of ours: BCC's and the tp_btf ones
+        loaded here (for their run statistics, bpfsys.prog_stats)."""
+        if not self._bpf:
+            return []
+        return [fn.fd for fn in self._bpf.funcs.values()] + [prog for _, prog in self._tp_btf]
 
     @property
     def bpf(self):

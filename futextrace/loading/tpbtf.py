@@ -24,20 +24,21 @@ def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     fd stays open for its run statistics (bpfsys.prog_stats)."""
     prog_fd = load(bcc, fn_name, btf_id)
     try:
-        return attach_loaded(prog_fd), prog_fd
+        return attach_loaded(prog_fd, fn_name), prog_fd
     except KernelRefused:
         os.close(prog_fd)
         raise
 
 
-def attach_loaded(prog_fd: int) -> int:
-    """Attach a loaded tp_btf program (its fd); the attachment's fd."""
+def attach_loaded(prog_fd: int, name: str | None = None) -> int:
+    """Attach a loaded tp_btf program (its fd; `name` for the error); the
+    attachment's fd."""
     link = bytearray(16)
     struct.pack_into("<QI", link, 0, 0, prog_fd)          # name NULL: tp_btf
     try:
         return bpf(BPF_RAW_TRACEPOINT_OPEN, link)
     except OSError as e:
-        raise KernelRefused(f"the kernel refused to attach tp_btf program fd {prog_fd} ({e.strerror})")
+        raise KernelRefused(f"the kernel refused to attach tp_btf program {name or f'fd {prog_fd}'} ({e.strerror})")
 
 
 def load(bcc, fn_name: str, btf_id: int) -> int:
