@@ -22,18 +22,22 @@
 BPF_PERCPU_HASH(futexes, struct futex_stat_key, struct futex_stat, MAX_FUTEXES);
 BPF_PERCPU_HASH(buckets, struct bucket_key, struct bucket_stat, MAX_BUCKETS);
 BPF_PERCPU_ARRAY(counters, u64, FTC_NR);
-/* The lookup cache: CACHE_SLOTS slots per CPU, CPU n's at [n * CACHE_SLOTS].
+/* The lookup cache: FCACHE_SLOTS slots per CPU, CPU n's at [n * FCACHE_SLOTS].
  * A plain array, not a per-CPU one: its slots are contiguous (a per-CPU
  * array's elements are separate allocations reached through a pointer table),
  * which measurably saves a cache miss per lookup. Each CPU writes only its
  * own range, and the kernel runs one instance of a program per CPU at a time.
  * Memory-mapped by user space, which reads it without a syscall per slot. */
 #define BPF_F_MMAPABLE_ (1U << 10)
-BPF_F_TABLE("array", u32, struct cache_slot, fcache, CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
-/* Behind it, per CPU, the per-bucket cache: direct-mapped, CACHE_SLOTS slots
- * per CPU, CPU n's at [n * CACHE_SLOTS]; memory-mapped by user space too. */
-BPF_F_TABLE("array", u32, struct bcache_slot, bcache, CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
+BPF_F_TABLE("array", u32, struct cache_slot, fcache, FCACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
+/* Beside it, per CPU, the per-bucket cache: direct-mapped, BCACHE_SLOTS slots
+ * per CPU, CPU n's at [n * BCACHE_SLOTS]; memory-mapped by user space too. */
+BPF_F_TABLE("array", u32, struct bcache_slot, bcache, BCACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+/* Traced processes that have exited (their main thread): a lookup-cache way
+ * filled before the latest exit may hold a futex nobody will use again, so a
+ * miss may take it over (account_lookup) instead of going the stream path. */
+BPF_ARRAY(exits, u64, 1);
 
 /* Which private hash each process had when last seen: resize detection. The
  * per-CPU `last_hash` cache keeps the hot path off this shared map. */
@@ -341,13 +345,15 @@ static __always_inline int flush_to_futexes(struct cache_slot *cs)
 	return 0;
 }
 
-/* This CPU's slot of the per-bucket cache for a bucket key. */
-static __always_inline u32 bslot_of(struct bucket_key *bk)
+/* This CPU's slot of the per-bucket cache for a bucket: the hash instance
+ * (process, kind, size, node) picks a base and its buckets follow on from
+ * there, so the buckets of one hash never evict one another (up to
+ * BCACHE_SLOTS of them), and the base is ready before jhash2's bucket. */
+static __always_inline u32 bslot_of(u32 tgid, u32 kind, u32 hash_mask, s32 node, u32 bucket)
 {
-	u64 *w = (u64 *)bk;
-	u64 x = w[0] ^ (w[1] * 0x9E3779B97F4A7C15ULL) ^ (w[2] << 17);
-	u32 way = (x * 0x9E3779B97F4A7C15ULL) >> (64 - CACHE_BITS);
-	return bpf_get_smp_processor_id() * CACHE_SLOTS + way;
+	u64 x = ((u64)tgid << 32) ^ ((u64)kind << 24) ^ hash_mask ^ ((u64)(u32)node << 40);
+	u32 base = (x * 0x9E3779B97F4A7C15ULL) >> (64 - BCACHE_BITS);
+	return bpf_get_smp_processor_id() * BCACHE_SLOTS + ((base + bucket) & (BCACHE_SLOTS - 1));
 }
 
 /* A slot's counts added up in the per-bucket cache: an array slot, no map
@@ -357,7 +363,7 @@ static __always_inline void flush_to_bcache(struct cache_slot *cs)
 	struct bucket_key bk;
 	struct bucket_stat add;
 	slot_bucket(cs, &bk, &add);
-	u32 i = bslot_of(&bk);
+	u32 i = bslot_of(bk.tgid, bk.kind, bk.hash_mask, bk.node, bk.bucket);
 	struct bcache_slot *b = bcache.lookup(&i);
 	if (!b) {
 		add_to_buckets(&bk, &add);           /* a CPU beyond NR_CPU_IDS: cannot happen */
@@ -375,13 +381,13 @@ static __always_inline void flush_to_bcache(struct cache_slot *cs)
 	add_bucket_stat(&b->st, &add);
 }
 
-/* Where an evicted slot's counts go, exactly one place each, so that a miss
- * costs no map update at any size of the futex set: a futex that had more
- * than one lookup while cached to the per-futex list while it has room (user
- * space sums its entries per bucket); the rest to the per-bucket cache. Exact
- * counts = `futexes` + `buckets` + both caches (loading/maps.py). A futex
- * seen once per stay in the cache (a set far larger than the cache) is thus
- * in the per-bucket counts only: the per-futex list keeps the hot ones. */
+/* Where an evicted slot's counts go, exactly one place each, so that an
+ * eviction costs no map update at any size of the futex set: a futex that had
+ * more than one lookup while cached to the per-futex list while it has room
+ * (user space sums its entries per bucket); the rest to the per-bucket cache.
+ * Exact counts = `futexes` + `buckets` + both caches (loading/maps.py). A
+ * futex seen once per stay in the cache (a set far larger than the cache) is
+ * thus in the per-bucket counts only: the per-futex list keeps the hot ones. */
 static __always_inline void flush_slot(struct cache_slot *cs)
 {
 	if (cs->st.lookups > 1 && flush_to_futexes(cs))
@@ -408,8 +414,51 @@ static __always_inline int slot_hit(struct cache_slot *cs, struct futex_stat_key
 static __always_inline u32 slot_of(struct futex_stat_key *key)
 {
 	u64 x = (key->uaddr >> 2) ^ ((u64)key->tgid << 32) ^ key->hash_mask;
-	u32 way = (x * 0x9E3779B97F4A7C15ULL) >> (64 - CACHE_BITS);
-	return bpf_get_smp_processor_id() * CACHE_SLOTS + (way & (CACHE_SLOTS - 2));
+	u32 way = (x * 0x9E3779B97F4A7C15ULL) >> (64 - FCACHE_BITS);
+	return bpf_get_smp_processor_id() * FCACHE_SLOTS + (way & (FCACHE_SLOTS - 2));
+}
+
+/*
+ * The stream path: a lookup that missed the lookup cache while both its ways
+ * are taken is counted in its bucket's slot of the per-bucket cache, with no
+ * eviction, no refill and no map update (a slot taken over from another
+ * bucket goes to `buckets` first). Every ADMIT_EVERY-th such miss of a slot
+ * is not counted here (0): the caller admits that futex to the lookup cache
+ * instead. So a stream of futexes seen once (a set far larger than the cache)
+ * costs jhash2 and one slot update each, while a hot futex takes a way after
+ * a few misses and stays (the way with fewer lookups is the one evicted).
+ * The key words are built in registers in bucket_key's layout.
+ */
+static __always_inline int count_streamed(struct futex_stat_key *key, u32 bucket, s32 bnode,
+					  u32 atomic, u32 kernel_bucket)
+{
+	u64 w0 = key->tgid | ((u64)key->kind << 32);
+	u64 w1 = key->hash_mask | ((u64)bucket << 32);
+	u64 w2 = (u32)bnode;                       /* node, pad 0 */
+	u32 i = bslot_of(key->tgid, key->kind, key->hash_mask, bnode, bucket);
+	struct bcache_slot *b = bcache.lookup(&i);
+	if (!b)
+		return 0;                          /* a CPU beyond NR_CPU_IDS: cannot happen */
+	u64 *k = (u64 *)&b->key;
+	if ((k[0] ^ w0) | (k[1] ^ w1) | (k[2] ^ w2)) {
+		if (b->st.lookups)
+			add_to_buckets(&b->key, &b->st);
+		k[0] = w0;
+		k[1] = w1;
+		k[2] = w2;
+		b->st.lookups = 0;
+		b->st.atomic_lookups = 0;
+		b->st.kernel_checked = 0;
+	}
+	if (!(++b->misses & (ADMIT_EVERY - 1)))
+		return 0;
+	b->st.lookups++;
+	b->st.atomic_lookups += atomic;
+#ifdef CHECK_KERNEL_BUCKET
+	if (kernel_bucket != ~0U)
+		b->st.kernel_checked++;
+#endif
+	return 1;
 }
 
 /* The node __futex_hash() derives for a global key without one: hash bits
@@ -428,14 +477,16 @@ static __always_inline s32 hash_node(u32 h)
  * FUTEX2_PRIVATE); `node` is the NUMA node of the key (FUTEX2_NUMA, or what
  * the kernel resolved it to; -1: none).
  *
- * The count goes to this CPU's part of a two-way set-associative cache (an
- * array: the verifier inlines its lookups); the bounded `futexes` map is
- * updated only when a slot is taken over by another futex, and user space
- * adds both up. The bucket (jhash2 of the key) is computed only when a futex
- * takes a slot: a cache hit is a few compares and an increment. With
- * CHECK_KERNEL_BUCKET (kprobe method) it is computed every time and checked
- * against the bucket and node the kernel returned (kernel_node -1: the
- * private hash).
+ * The count goes to this CPU's part of a small two-way set-associative cache
+ * (an array: the verifier inlines its lookups; small enough to stay in the
+ * CPU's first-level cache); the bounded `futexes` map is updated only when a
+ * slot is taken over by another futex, and user space adds both up. The
+ * bucket (jhash2 of the key) is computed only on a miss: a cache hit is a few
+ * compares and an increment. A miss takes an empty way, else goes the stream
+ * path (count_streamed), which now and then admits it over the way with fewer
+ * lookups. With CHECK_KERNEL_BUCKET (kprobe method) the bucket is computed
+ * every time and checked against the bucket and node the kernel returned
+ * (kernel_node -1: the private hash).
  */
 static __always_inline void classify(struct futex_stat_key *key, u32 *atomic, u64 hash,
 				     u32 hmask, u32 hstate, int flags_private, s32 node)
@@ -475,8 +526,9 @@ static __always_inline void bucket_of(struct futex_stat_key *key, u64 mm, s32 no
 }
 
 static __always_inline void fill_slot(struct cache_slot *cs, struct futex_stat_key *key,
-				      u32 atomic, u32 bucket, s32 bnode, u32 kernel_bucket)
+				      u32 atomic, u32 bucket, s32 bnode, u32 kernel_bucket, u64 gen)
 {
+	cs->gen = gen;
 	cs->key = *key;
 	cs->st.lookups = 1;
 	cs->st.atomic_lookups = atomic;
@@ -518,12 +570,22 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask
 	if (slot_hit(a, &key, atomic) || slot_hit(b, &key, atomic))
 		return;
 #endif
-	/* Miss: take an empty way, else evict the way with fewer lookups. */
+	/* Miss: take an empty way, or one filled before a process exited; else
+	 * the stream path, or (when it admits the futex) evict the way with
+	 * fewer lookups. */
+	u32 zero = 0;
+	u64 *exited = exits.lookup(&zero);
+	u64 gen = exited ? *exited : 0;
 	struct cache_slot *cs = !a->st.lookups ? a : (!b->st.lookups ? b :
-				(a->st.lookups <= b->st.lookups ? a : b));
+				(a->gen != gen ? a : (b->gen != gen ? b : 0)));
+	if (!cs) {
+		if (count_streamed(&key, bucket, bnode, atomic, kernel_bucket))
+			return;
+		cs = a->st.lookups <= b->st.lookups ? a : b;
+	}
 	if (cs->st.lookups)
 		flush_slot(cs);
-	fill_slot(cs, &key, atomic, bucket, bnode, kernel_bucket);
+	fill_slot(cs, &key, atomic, bucket, bnode, kernel_bucket, gen);
 }
 
 /* The same, straight into the maps, bypassing the cache: for the
@@ -540,7 +602,7 @@ static __always_inline void account_direct(u32 tgid, u64 hash, u32 hmask, u32 hs
 	key.uaddr = uaddr;
 	classify(&key, &atomic, hash, hmask, hstate, flags_private, node);
 	bucket_of(&key, 0, node, &bucket, &bnode);
-	fill_slot(&cs, &key, atomic, bucket, bnode, ~0);
+	fill_slot(&cs, &key, atomic, bucket, bnode, ~0, 0);
 	/* Straight to the maps: the per-bucket cache's branches, too, would
 	 * multiply the verifier's states per entry. */
 	if (!flush_to_futexes(&cs)) {
@@ -600,6 +662,12 @@ RAW_TRACEPOINT_PROBE(sched_process_exit)
 	u64 id = bpf_get_current_pid_tgid();
 	if (!task_wanted(id >> 32, (u32)id))
 		return 0;
+	if ((u32)id == id >> 32) {
+		u32 zero = 0;
+		u64 *exited = exits.lookup(&zero);
+		if (exited)
+			__sync_fetch_and_add(exited, 1);
+	}
 	emit_task_event(FTE_EXIT, 0, 0, 0);
 	return 0;
 }

@@ -93,16 +93,18 @@ struct futex_stat {
 struct cache_slot {
 	struct futex_stat_key key;
 	struct futex_stat st;
-	u64 pad;
+	u64 gen;              /* `exits` when filled: an older one may be an exited process's */
 };
 
-/* A slot of the per-CPU per-bucket cache `bcache`: the lookups of evicted
- * lookup-cache slots that do not go to the per-futex list, added up per bucket
- * before any map update (see flush_slot). One 64-byte cache line. */
+/* A slot of the per-CPU per-bucket cache `bcache`: lookups added up per
+ * bucket before any map update, from lookups that missed the lookup cache
+ * (the stream path, see account_lookup) and from evicted lookup-cache slots
+ * that do not go to the per-futex list (see flush_slot). One 64-byte line. */
 struct bcache_slot {
 	struct bucket_key key;
 	struct bucket_stat st;
-	u64 pad[2];
+	u64 misses;           /* lookup-cache misses counted here: every ADMIT_EVERY-th is admitted */
+	u64 pad;
 };
 
 /* Events sent through the ring buffer (slow path only). */

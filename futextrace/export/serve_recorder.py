@@ -90,7 +90,7 @@ class ServeRecorder(BatchRecorder):
 
     def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
-        through its memory mapping (slot i belongs to CPU i // cache_slots)."""
+        through its memory mapping (slot i belongs to CPU i // fcache_slots)."""
         if self.maps._cache_map is None:
             self.maps._cache_items()   # maps the cache
         view = np.frombuffer(self.maps._cache_map, dtype=np.dtype(self.program.bpf["fcache"].Leaf))
@@ -101,7 +101,7 @@ class ServeRecorder(BatchRecorder):
         stats = np.zeros((len(used), ncpu), dtype=sd)
         for name in kd.names:
             keys[name] = slots["key"][name][used]
-        rows, cpus = np.arange(len(used)), used // self.program.cache_slots
+        rows, cpus = np.arange(len(used)), used // self.program.fcache_slots
         for name in sd.names:
             stats[name][rows, cpus] = slots["st"][name][used]
         return keys, stats

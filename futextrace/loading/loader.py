@@ -19,9 +19,17 @@ from futextrace.loading.layout import bpf_dir
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
 
 METHODS = ("fentry", "kprobe", "tracepoint")
-CACHE_SLOTS_MAX = 4096      # per-CPU slots of the cache in front of the futexes map
-CACHE_SLOTS_MIN = 1024
-CACHE_BUDGET = 16 << 20     # bytes the cache may take (64-byte slots, every possible CPU)
+# Per-CPU slots of the lookup cache (64 bytes each): 16 KiB, half of a
+# first-level data cache, so that a lookup missing it does not wait on memory
+# (a 4096-slot cache cost ~7 ns more per miss with a million futexes in use:
+# docs/figures.md, "Large futex sets").
+FCACHE_SLOTS = 256
+BCACHE_SLOTS_MAX = 4096     # per-CPU slots of the per-bucket cache
+BCACHE_SLOTS_MIN = 1024
+BCACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots, every possible CPU)
+# A lookup-cache miss is admitted to the cache once per ADMIT_EVERY misses
+# counted in its bucket's slot; the others are counted in that slot only.
+ADMIT_EVERY = 8
 FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
 FUTEXES_MAX_DEFAULT = 65536
 # Entries of the per-CPU `buckets` map (the exact counts), whatever the CPU
@@ -39,11 +47,11 @@ def default_max_futexes(ncpus: int | None = None) -> int:
     fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool
     return max(4096, min(FUTEXES_MAX_DEFAULT, 1 << (fit.bit_length() - 1)))
 
-def cache_slots(ncpus: int) -> int:
-    """Per-CPU slots of the lookup cache: a power of two, 4096 up to 64 CPUs,
-    fewer beyond so the cache stays within CACHE_BUDGET (at least 1024)."""
-    fit = CACHE_BUDGET // (64 * max(1, ncpus))
-    return max(CACHE_SLOTS_MIN, min(CACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
+def bcache_slots(ncpus: int) -> int:
+    """Per-CPU slots of the per-bucket cache: a power of two, 4096 up to 64
+    CPUs, fewer beyond so it stays within BCACHE_BUDGET (at least 1024)."""
+    fit = BCACHE_BUDGET // (64 * max(1, ncpus))
+    return max(BCACHE_SLOTS_MIN, min(BCACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
 
 
 # What each method cannot see, printed with every recording.
@@ -127,8 +135,11 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     off["MAX_BUCKETS"] = MAX_BUCKETS
     ncpu_ids = ncpu_ids or nr_cpu_ids()
     off["NR_CPU_IDS"] = ncpu_ids
-    off["CACHE_SLOTS"] = cache_slots(ncpu_ids)
-    off["CACHE_BITS"] = off["CACHE_SLOTS"].bit_length() - 1
+    off["FCACHE_SLOTS"] = FCACHE_SLOTS
+    off["FCACHE_BITS"] = FCACHE_SLOTS.bit_length() - 1
+    off["BCACHE_SLOTS"] = bcache_slots(ncpu_ids)
+    off["BCACHE_BITS"] = off["BCACHE_SLOTS"].bit_length() - 1
+    off["ADMIT_EVERY"] = ADMIT_EVERY
     off["RINGBUF_PAGES"] = 256
     flags = [f"-D{k}={v}" for k, v in off.items()]
     if filters.pids or filters.tgid_map:
@@ -197,7 +208,8 @@ class Program:
         self._tp_btf: list[tuple[int, int]] = []   # (attachment fd, program fd) we made ourselves
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
-        self.cache_slots = cache_slots(self.ncpu_ids)
+        self.fcache_slots = FCACHE_SLOTS                    # per CPU, as compiled in
+        self.bcache_slots = bcache_slots(self.ncpu_ids)
         cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids) + (extra_cflags or [])
         if self.exact_prctl:
             cflags.append("-DPRCTL_EXIT")

@@ -71,13 +71,12 @@ class MapReader:
     def cached_bucket_rows(self):
         """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked])
         of every used slot of both caches: the counts not yet flushed to a map."""
-        nslots = self.program.cache_slots
         for idx, s in self._cache_items():
             st = s.st
-            yield (idx // nslots, s.key.tgid, s.key.kind, s.key.hash_mask, st.bucket, st.node,
+            yield (idx // self.program.fcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, st.bucket, st.node,
                    [st.lookups, st.atomic_lookups, st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0])
         for idx, s in self._bcache_items():
-            yield (idx // nslots, s.key.tgid, s.key.kind, s.key.hash_mask, s.key.bucket, s.key.node,
+            yield (idx // self.program.bcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, s.key.bucket, s.key.node,
                    [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked])
 
     def _cache_items(self):
@@ -113,7 +112,7 @@ class MapReader:
         cache in front of the map (the same futex can be in both:
         aggregate.merge_futexes adds them)."""
         futexes = list(futex_map)
-        nslots, ncpus = self.program.cache_slots, self.program.ncpu_ids
+        nslots, ncpus = self.program.fcache_slots, self.program.ncpu_ids
         for idx, s in self._cache_items():
             if s.st.lookups:
                 per_cpu = [type(s.st)()] * ncpus

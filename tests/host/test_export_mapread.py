@@ -82,9 +82,9 @@ def test_lean_reading_equals_the_full_recordings():
         full = from_recording(Recorder.recording(rec, 1.0))
         assert set(full.processes) == {wl.pid for wl in wls}
         assert lean.processes == full.processes
-        # 12000 futexes per thread: more than the lookup cache holds, so those
-        # seen once per stay are counted per bucket only (the list keeps the rest).
-        assert full.processes[wls[0].pid].buckets == 64 and full.processes[wls[0].pid].futexes >= 1000
+        # 12000 futexes per thread: far more than the lookup cache holds, so
+        # most are counted per bucket only (the list keeps those it admitted).
+        assert full.processes[wls[0].pid].buckets == 64 and full.processes[wls[0].pid].futexes >= 100
         assert (lean.lookups, lean.refcount, lean.totals) == (full.lookups, full.refcount, full.totals)
         assert (lean.resizes, lean.info, lean.refcount_source) == (full.resizes, full.info, full.refcount_source)
     finally:
