@@ -5,25 +5,31 @@ Workload: the built-in futexbench, one thread, `-f N` distinct private futexes
 (FUTEX_WAIT with a value that never matches: one hash lookup per call).
 
 futextrace (tracepoint method, whole system) is loaded once; its futex hook is
-detached and attached again between runs (maps kept), so each round runs, per
-size and back to back, three conditions in a rotating order:
+detached and attached again while a workload runs (maps kept). Each round
+starts one workload process per size and, while it runs, gives three
+conditions turns of `--slot` seconds each (a rotating order, `--cycles` turns):
 
   untraced    no BPF program on sys_enter
   bare hook   a BPF program on the same tp_btf sys_enter hook that returns at
               once: what any sys_enter tracer pays, whatever it does
   futextrace  the real thing
 
-Sizes are interleaved within each round, so a machine that gets busier or
-quieter shifts every size alike. The table prints, per size, the median of the
-per-round ratios to the untraced run (with the interquartile range) for the
-bare hook and for futextrace, and their difference (what futextrace's own work
-costs). BPF run statistics are off during these runs (they cost time per run);
-one more traced run per size with a fresh recorder and statistics on gives the
-BPF ns per run, the lookups the tracer could not attribute to a bucket ("map
-full") and the workload's lookups the bounded per-futex list does not name (the
-per-bucket and per-process counts stay exact).
+The workload's own samples of its op count (futexbench --interval-ms, every
+5 ms) give the ops in each turn's window, so each turn's ratios compare runs a
+fraction of a second apart in one process: a machine that gets busier or
+quieter between runs (a shared VM does, by ±5% within seconds) no longer
+decides the figure. Sizes are interleaved within each round, and the rounds
+(separate processes, so separate placements in memory) are what the spread
+mostly comes from. The table prints, per size, the median of the per-turn
+ratios to the untraced window (with the interquartile range) for the bare hook
+and for futextrace, and their ratio (what futextrace's own work costs). BPF run
+statistics are off during these runs (they cost time per run); one more traced
+run per size with a fresh recorder and statistics on gives the BPF ns per run,
+the lookups the tracer could not attribute to a bucket ("map full") and the
+workload's lookups the bounded per-futex list does not name (the per-bucket
+and per-process counts stay exact).
 
-    sudo .venv/bin/python bench/futexset.py --rounds 10 --runtime 0.5
+    sudo .venv/bin/python bench/futexset.py
 """
 from __future__ import annotations
 
@@ -36,9 +42,13 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 
 SIZES = [16, 4096, 16384, 262144, 1048576]
 CONDITIONS = ("untraced", "bare", "futextrace")
+WARMUP = 0.6          # seconds before the first turn: a million futexes' first pass faults pages in
+SETTLE = 0.02         # seconds after a switch before a turn's window opens
+SAMPLE_MS = 5         # futexbench --interval-ms
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
 BARE_HOOK = "int ft_bare_sys_enter(u64 *ctx) { return 0; }"
 
@@ -77,26 +87,66 @@ class BareHook:
         self._bpf.cleanup()
 
 
-def one_round(i: int, sizes: list[int], runtime: str, program, bare: BareHook, results: dict) -> None:
-    """Every size once, in an order reversed every other round; per size the
-    three conditions in an order rotated by round."""
+def switch_to(cond: str, program, bare: BareHook, stack: contextlib.ExitStack) -> None:
+    """Hooks as `cond` wants them, for as long as `stack` is open."""
+    if cond != "futextrace":
+        stack.enter_context(program.hot_path_detached())
+    if cond == "bare":
+        stack.enter_context(bare.attached())
+
+
+def rate(samples: list[tuple[int, int]], t0: int, t1: int) -> float:
+    """Ops per second between CLOCK_MONOTONIC ns t0 and t1, from the
+    workload's cumulative (ns, ops) samples, linearly interpolated."""
+    def ops_at(t):
+        for (ta, oa), (tb, ob) in zip(samples, samples[1:]):
+            if ta <= t <= tb:
+                return oa + (ob - oa) * (t - ta) / (tb - ta)
+        raise ValueError("window outside the workload's samples")
+    return (ops_at(t1) - ops_at(t0)) * 1e9 / (t1 - t0)
+
+
+def one_round(i: int, sizes: list[int], cycles: int, slot: float, program, bare: BareHook,
+              results: dict) -> None:
+    """Every size once, in an order reversed every other round. Per size one
+    workload process runs throughout while the three conditions take turns,
+    `slot` seconds each (rotating order, `cycles` turns), so that each turn's
+    ratios compare runs a fraction of a second apart on the same process."""
+    from futextrace.workload.build import workload_path
     for n in (sizes if i % 2 == 0 else sizes[::-1]):
-        order = CONDITIONS[i % 3:] + CONDITIONS[:i % 3]
-        ops = {}
-        for cond in order:
-            if cond == "futextrace":
-                ops[cond] = run_workload(n, runtime)["avg_ops_per_sec"]
-                continue
-            with program.hot_path_detached(), (bare.attached() if cond == "bare" else contextlib.nullcontext()):
-                ops[cond] = run_workload(n, runtime)["avg_ops_per_sec"]
-        r = {"untraced": ops["untraced"], "bare": ops["bare"] / ops["untraced"],
-             "futextrace": ops["futextrace"] / ops["untraced"]}
-        results[n].append(r)
-        print(f"# round {i + 1} {n} futexes ({'/'.join(order)}): untraced {ops['untraced']:,.0f} ops/s, "
-              f"retained: bare hook {r['bare']:.3f}, futextrace {r['futextrace']:.3f}", flush=True)
+        runtime = WARMUP + cycles * len(CONDITIONS) * (slot + SETTLE + 0.05) + 0.5   # 0.05: a switch
+        wl = subprocess.Popen([str(workload_path()), "-t", "1", "-f", str(n), "-r", f"{runtime:.2f}",
+                               "--interval-ms", str(SAMPLE_MS)], stdout=subprocess.PIPE, text=True)
+        windows = []
+        try:
+            time.sleep(WARMUP)         # the first pass faults the futex pages in
+            for c in range(cycles):
+                order = CONDITIONS[(i + c) % 3:] + CONDITIONS[:(i + c) % 3]
+                for cond in order:
+                    with contextlib.ExitStack() as stack:
+                        switch_to(cond, program, bare, stack)
+                        time.sleep(SETTLE)
+                        t0 = time.monotonic_ns()
+                        time.sleep(slot)
+                        windows.append((c, cond, t0, time.monotonic_ns()))
+        finally:
+            out, _ = wl.communicate()
+        if wl.returncode != 0:
+            raise RuntimeError(f"futexbench exited {wl.returncode}")
+        samples = [(x["mono_ns"], x["ops"]) for x in json.loads(out)["samples"]]
+        per_cycle: dict[int, dict[str, float]] = {}
+        for c, cond, t0, t1 in windows:
+            per_cycle.setdefault(c, {})[cond] = rate(samples, t0, t1)
+        for c, ops in sorted(per_cycle.items()):
+            results[n].append({"untraced": ops["untraced"], "bare": ops["bare"] / ops["untraced"],
+                               "futextrace": ops["futextrace"] / ops["untraced"]})
+        last = results[n][-cycles:]
+        print(f"# round {i + 1} {n} futexes: untraced {statistics.median(r['untraced'] for r in last):,.0f} ops/s, "
+              f"retained (median of {cycles} turns): bare hook {statistics.median(r['bare'] for r in last):.3f}, "
+              f"futextrace {statistics.median(r['futextrace'] for r in last):.3f}", flush=True)
 
 
-def measure_throughput(sizes: list[int], rounds: int, runtime: str, model) -> dict:
+def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, model) -> dict:
     from futextrace.record.recorder import Recorder, RecordOptions
     from futextrace.loading.loader import _tp_btf_id
     btf_id = _tp_btf_id(model)
@@ -111,7 +161,7 @@ def measure_throughput(sizes: list[int], rounds: int, runtime: str, model) -> di
     def work():
         try:
             for i in range(rounds):
-                one_round(i, sizes, runtime, rec.program, bare, results)
+                one_round(i, sizes, cycles, slot, rec.program, bare, results)
         except BaseException as e:    # reported by the main thread
             failure.append(e)
     try:
@@ -171,20 +221,22 @@ def quartiles(xs: list[float]) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=10, help="rounds (every size, three conditions each)")
-    ap.add_argument("--runtime", default="0.5", help="workload seconds per run")
+    ap.add_argument("--rounds", type=int, default=12, help="rounds: one workload process per size each")
+    ap.add_argument("--cycles", type=int, default=5, help="turns of the three conditions per round")
+    ap.add_argument("--slot", type=float, default=0.1, help="seconds per condition per turn")
+    ap.add_argument("--runtime", default="0.5", help="seconds of the statistics run per size")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated futex set sizes")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("futexset.py: needs root")
     sizes = [int(s) for s in a.sizes.split(",")]
-    print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
-          f"futexbench -t 1 -r {a.runtime}, {a.rounds} rounds", flush=True)
+    print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; futexbench -t 1, "
+          f"{a.rounds} rounds of {a.cycles} turns, {a.slot} s per condition", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # `finally` blocks restore the settings
     from futextrace.kernel import model as kmodel
     model = kmodel.load()
     with bpf_stats(False):
-        results = measure_throughput(sizes, a.rounds, a.runtime, model)
+        results = measure_throughput(sizes, a.rounds, a.cycles, a.slot, model)
     with bpf_stats(True):
         detail = {n: measure_detail(n, a.runtime, model) for n in sizes}
     print_table(sizes, results, detail)

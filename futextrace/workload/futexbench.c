@@ -59,7 +59,7 @@ struct worker {
 	int cpu;                 /* pinned CPU, -1 when not pinned */
 	uint32_t *futex;         /* own cache-line-aligned block, like perf */
 	unsigned long ops;
-	_Atomic unsigned long live_ops;  /* ops so far, published once per pass (samples) */
+	_Atomic unsigned long live_ops;  /* ops so far, published every 256 and per pass (samples) */
 	double elapsed;          /* seconds from the common start (ramp: its own) to its end */
 	double began;            /* ramp: seconds from the start to this thread's first call */
 } __attribute__((aligned(CACHELINE)));  /* no false sharing between workers' counters */
@@ -155,11 +155,16 @@ static void *workerfn(void *arg)
 				syscall(SYS_futex, &w->futex[f], FUTEX_WAIT | futex_flag, 1234,
 					NULL, NULL, 0);
 	} else {
-		/* like perf: check the stop flag once per pass over the futexes */
+		/* like perf: check the stop flag once per pass over the futexes;
+		 * the ops are published every 256 calls too, so that samples
+		 * stay fine-grained when a pass is long (a million futexes) */
 		do {
-			for (f = 0; f < n; f++, ops++)
+			for (f = 0; f < n; f++, ops++) {
 				syscall(SYS_futex, &w->futex[f], FUTEX_WAIT | futex_flag, 1234,
 					NULL, NULL, 0);
+				if (!(ops & 255))
+					atomic_store_explicit(&w->live_ops, ops, memory_order_relaxed);
+			}
 			atomic_store_explicit(&w->live_ops, ops, memory_order_relaxed);
 		} while (!atomic_load_explicit(&done, memory_order_relaxed));
 	}
