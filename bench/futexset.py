@@ -136,11 +136,16 @@ def one_round(i: int, sizes: list[int], cycles: int, slot: float, program, bare:
         samples = [(x["mono_ns"], x["ops"]) for x in json.loads(out)["samples"]]
         per_cycle: dict[int, dict[str, float]] = {}
         for c, cond, t0, t1 in windows:
-            per_cycle.setdefault(c, {})[cond] = rate(samples, t0, t1)
+            try:
+                per_cycle.setdefault(c, {})[cond] = rate(samples, t0, t1)
+            except ValueError:     # switching took longer than planned: the workload had ended
+                print(f"# round {i + 1} {n} futexes: turn {c + 1} left out (after the workload's end)")
         for c, ops in sorted(per_cycle.items()):
+            if len(ops) < len(CONDITIONS):
+                continue
             results[n].append({"untraced": ops["untraced"], "bare": ops["bare"] / ops["untraced"],
                                "futextrace": ops["futextrace"] / ops["untraced"]})
-        last = results[n][-cycles:]
+        last = results[n][-len(per_cycle):] or [{"untraced": 0.0, "bare": 0.0, "futextrace": 0.0}]
         print(f"# round {i + 1} {n} futexes: untraced {statistics.median(r['untraced'] for r in last):,.0f} ops/s, "
               f"retained (median of {cycles} turns): bare hook {statistics.median(r['bare'] for r in last):.3f}, "
               f"futextrace {statistics.median(r['futextrace'] for r in last):.3f}", flush=True)
