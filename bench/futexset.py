@@ -140,12 +140,13 @@ def one_round(i: int, sizes: list[int], cycles: int, slot: float, program, bare:
                 per_cycle.setdefault(c, {})[cond] = rate(samples, t0, t1)
             except ValueError:     # switching took longer than planned: the workload had ended
                 print(f"# round {i + 1} {n} futexes: turn {c + 1} left out (after the workload's end)")
-        for c, ops in sorted(per_cycle.items()):
-            if len(ops) < len(CONDITIONS):
-                continue
+        complete = [ops for _, ops in sorted(per_cycle.items()) if len(ops) == len(CONDITIONS)]
+        if not complete:
+            raise RuntimeError(f"no complete turn for {n} futexes: switching outran the workload")
+        for ops in complete:
             results[n].append({"untraced": ops["untraced"], "bare": ops["bare"] / ops["untraced"],
                                "futextrace": ops["futextrace"] / ops["untraced"]})
-        last = results[n][-len(per_cycle):] or [{"untraced": 0.0, "bare": 0.0, "futextrace": 0.0}]
+        last = results[n][-len(complete):]
         print(f"# round {i + 1} {n} futexes: untraced {statistics.median(r['untraced'] for r in last):,.0f} ops/s, "
               f"retained (median of {cycles} turns): bare hook {statistics.median(r['bare'] for r in last):.3f}, "
               f"futextrace {statistics.median(r['futextrace'] for r in last):.3f}", flush=True)
