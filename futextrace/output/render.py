@@ -125,8 +125,8 @@ def render_text(rec: dict) -> str:
     fl = t.get("futex_list")
     if fl and not fl["complete"]:
         why = (f"list full at {fl['capacity']}: raise --max-futexes" if fl.get("full") else
-               "futexes looked up only once while in the lookup cache, as in a set larger than it: "
-               "the list keeps futexes with repeated lookups")
+               "more futexes in use than the lookup cache holds: a futex missing it is admitted "
+               "only now and then, so the list keeps the futexes with repeated lookups")
         out.append(f"  per-futex list: {fl['futexes_listed']} futexes holding {fl['lookups_listed']} lookups; "
                    f"{fl['lookups_missed']} lookups not in it ({why}). Bucket and process counts stay exact; "
                    "futex counts, distinct futexes and collisions are bounds")
