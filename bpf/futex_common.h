@@ -356,28 +356,43 @@ static __always_inline u32 bslot_of(u32 tgid, u32 kind, u32 hash_mask, s32 node,
 	return bpf_get_smp_processor_id() * BCACHE_SLOTS + ((base + bucket) & (BCACHE_SLOTS - 1));
 }
 
+/* The per-bucket cache's slot `i`, holding the bucket whose key is the three
+ * words w0..w2 (struct bucket_key's layout): a slot held by another bucket
+ * goes to `buckets` first and is taken over. NULL: a CPU beyond NR_CPU_IDS
+ * (cannot happen). */
+static __always_inline struct bcache_slot *bcache_slot(u32 i, u64 w0, u64 w1, u64 w2)
+{
+	struct bcache_slot *b = bcache.lookup(&i);
+	if (!b)
+		return 0;
+	u64 *k = (u64 *)&b->key;
+	if ((k[0] ^ w0) | (k[1] ^ w1) | (k[2] ^ w2)) {
+		if (b->st.lookups)
+			add_to_buckets(&b->key, &b->st);
+		k[0] = w0;
+		k[1] = w1;
+		k[2] = w2;
+		b->st.lookups = 0;
+		b->st.atomic_lookups = 0;
+		b->st.kernel_checked = 0;
+	}
+	return b;
+}
+
 /* A slot's counts added up in the per-bucket cache: an array slot, no map
- * update; a slot held by another bucket goes to `buckets` first. */
+ * update. */
 static __always_inline void flush_to_bcache(struct cache_slot *cs)
 {
 	struct bucket_key bk;
 	struct bucket_stat add;
 	slot_bucket(cs, &bk, &add);
-	u32 i = bslot_of(bk.tgid, bk.kind, bk.hash_mask, bk.node, bk.bucket);
-	struct bcache_slot *b = bcache.lookup(&i);
+	u64 *w = (u64 *)&bk;
+	struct bcache_slot *b = bcache_slot(bslot_of(bk.tgid, bk.kind, bk.hash_mask, bk.node, bk.bucket),
+					    w[0], w[1], w[2]);
 	if (!b) {
-		add_to_buckets(&bk, &add);           /* a CPU beyond NR_CPU_IDS: cannot happen */
+		add_to_buckets(&bk, &add);
 		return;
 	}
-	u64 *x = (u64 *)&b->key, *y = (u64 *)&bk;
-	if (b->st.lookups && ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]))) {
-		add_to_buckets(&b->key, &b->st);
-		b->st.lookups = 0;
-		b->st.atomic_lookups = 0;
-		b->st.kernel_checked = 0;
-	}
-	if (!b->st.lookups)
-		b->key = bk;
 	add_bucket_stat(&b->st, &add);
 }
 
@@ -422,9 +437,9 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
  * The stream path: a lookup that missed the lookup cache while both its ways
  * are taken is counted in its bucket's slot of the per-bucket cache, with no
  * eviction, no refill and no map update (a slot taken over from another
- * bucket goes to `buckets` first). Every ADMIT_EVERY-th such miss of a slot
- * is not counted here (0): the caller admits that futex to the lookup cache
- * instead. So a stream of futexes seen once (a set far larger than the cache)
+ * bucket goes to `buckets` first: bcache_slot). Every ADMIT_EVERY-th such
+ * miss of a slot is not counted here (0): the caller admits that futex to the
+ * lookup cache instead. So a stream of futexes seen once (a set far larger than the cache)
  * costs jhash2 and one slot update each, while a hot futex takes a way after
  * a few misses and stays (the way with fewer lookups is the one evicted).
  * The key words are built in registers in bucket_key's layout.
@@ -432,25 +447,11 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
 static __always_inline int count_streamed(struct futex_stat_key *key, u32 bucket, s32 bnode,
 					  u32 atomic, u32 kernel_bucket)
 {
-	u64 w0 = key->tgid | ((u64)key->kind << 32);
-	u64 w1 = key->hash_mask | ((u64)bucket << 32);
-	u64 w2 = (u32)bnode;                       /* node, pad 0 */
-	u32 i = bslot_of(key->tgid, key->kind, key->hash_mask, bnode, bucket);
-	struct bcache_slot *b = bcache.lookup(&i);
-	if (!b)
-		return 0;                          /* a CPU beyond NR_CPU_IDS: cannot happen */
-	u64 *k = (u64 *)&b->key;
-	if ((k[0] ^ w0) | (k[1] ^ w1) | (k[2] ^ w2)) {
-		if (b->st.lookups)
-			add_to_buckets(&b->key, &b->st);
-		k[0] = w0;
-		k[1] = w1;
-		k[2] = w2;
-		b->st.lookups = 0;
-		b->st.atomic_lookups = 0;
-		b->st.kernel_checked = 0;
-	}
-	if (!(++b->misses & (ADMIT_EVERY - 1)))
+	struct bcache_slot *b = bcache_slot(bslot_of(key->tgid, key->kind, key->hash_mask, bnode, bucket),
+					    key->tgid | ((u64)key->kind << 32),
+					    key->hash_mask | ((u64)bucket << 32),
+					    (u32)bnode);             /* node, pad 0 */
+	if (!b || !(++b->misses & (ADMIT_EVERY - 1)))
 		return 0;
 	b->st.lookups++;
 	b->st.atomic_lookups += atomic;
