@@ -9,6 +9,13 @@ and the median per-round difference B - A. A build that changes maps or
 futextrace.h is out of scope (B shares the tree's header).
 
     sudo .venv/bin/python bench/ab_variants.py --variant DIR --sizes 16,262144,1048576 --rounds 14
+
+With --bpf-ns, each build runs alone in turn and the figure is its BPF ns per
+run from the kernel's run statistics, and the per-round difference of the gaps
+(largest size minus smallest), B minus A: 5-10 ns differences that throughput
+on a shared machine cannot resolve (the minimum is the quietest run).
+
+    sudo .venv/bin/python bench/ab_variants.py --variant DIR --bpf-ns --sizes 16,1048576 --rounds 80 --runtime 0.1
 """
 from __future__ import annotations
 
@@ -42,12 +49,71 @@ def load_pair(model, variant: Path):
     return a, b
 
 
+def snapshot(prog) -> tuple[int, int]:
+    """(runs, ns) of the program's BPF programs so far (kernel run statistics)."""
+    from futextrace.loading.bpfsys import prog_stats
+    s = [prog_stats(fd) for fd in prog.program_fds()]
+    return sum(x.run_cnt for x in s), sum(x.run_time_ns for x in s)
+
+
+def throughput(a, sizes, prog_a, prog_b) -> None:
+    """Per round and size: untraced, A, B in a rotating order; retained ratios."""
+    ratios = {n: {"A": [], "B": []} for n in sizes}
+    for i in range(a.rounds):
+        for n in (sizes if i % 2 == 0 else sizes[::-1]):
+            ops = {}
+            for cond in CONDITIONS[i % 3:] + CONDITIONS[:i % 3]:
+                with contextlib.ExitStack() as detached:
+                    for name, prog in (("A", prog_a), ("B", prog_b)):
+                        if cond != name:
+                            detached.enter_context(prog.hot_path_detached())
+                    ops[cond] = run_workload(n, a.runtime)["avg_ops_per_sec"]
+            for name in "AB":
+                ratios[n][name].append(ops[name] / ops["untraced"])
+    ref = sizes[0]
+    med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in ratios.items()}
+    print(f"# {a.rounds} rounds, futexbench -t 1 -r {a.runtime}; B = {a.variant}/futex_common.h; {BPF_STATS} off")
+    for n in sizes:
+        diff = statistics.median(b - x for x, b in zip(ratios[n]["A"], ratios[n]["B"]))
+        print(f"{n:>9,} futexes: A {med[n]['A']:.3f} ({med[n]['A'] - med[ref]['A']:+.3f} vs {ref:,}), "
+              f"B {med[n]['B']:.3f} ({med[n]['B'] - med[ref]['B']:+.3f}), B - A per round {diff:+.3f}")
+
+
+def bpf_ns(a, sizes, prog_a, prog_b) -> None:
+    """Per round and size: A and B alone in turn (order alternated by round),
+    BPF ns per run from the kernel's run statistics; the per-round gap between
+    the largest and the smallest size, B minus A."""
+    ns = {n: {"A": [], "B": []} for n in sizes}
+    for i in range(a.rounds):
+        for n in sizes:
+            for name in (("A", "B") if i % 2 == 0 else ("B", "A")):
+                prog, other = (prog_a, prog_b) if name == "A" else (prog_b, prog_a)
+                with other.hot_path_detached():
+                    c0, t0 = snapshot(prog)
+                    run_workload(n, a.runtime)
+                    c1, t1 = snapshot(prog)
+                ns[n][name].append((t1 - t0) / max(1, c1 - c0))
+    print(f"# B = {a.variant}/futex_common.h, {a.rounds} rounds, futexbench -t 1 -r {a.runtime}, BPF ns per run")
+    for n in sizes:
+        A, B = ns[n]["A"], ns[n]["B"]
+        print(f"{n:>9,} futexes: A median {statistics.median(A):6.1f} min {min(A):6.1f} ns | "
+              f"B median {statistics.median(B):6.1f} min {min(B):6.1f} ns")
+    lo, hi = sizes[0], sizes[-1]
+    gaps = {k: [h - l for l, h in zip(ns[lo][k], ns[hi][k])] for k in "AB"}
+    d = [b - x for x, b in zip(gaps["A"], gaps["B"])]
+    q = statistics.quantiles(d, n=4) if len(d) > 1 else [d[0]] * 3
+    print(f"gap ({hi:,} minus {lo:,}): A {statistics.median(gaps['A']):.1f} ns, B {statistics.median(gaps['B']):.1f} ns; "
+          f"B minus A per round: median {statistics.median(d):+.1f} ns (IQR {q[0]:+.1f}..{q[2]:+.1f})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", required=True, type=Path, help="directory holding B's futex_common.h")
     ap.add_argument("--sizes", default="16,262144,1048576")
     ap.add_argument("--rounds", type=int, default=14)
     ap.add_argument("--runtime", default="0.5")
+    ap.add_argument("--bpf-ns", action="store_true",
+                    help="compare BPF ns per run (kernel run statistics) instead of throughput: far less noisy")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("ab_variants.py: needs root")
@@ -56,31 +122,13 @@ def main() -> int:
     sizes = [int(s) for s in a.sizes.split(",")]
     from futextrace.kernel import model as kmodel
     model = kmodel.load()
-    ratios = {n: {"A": [], "B": []} for n in sizes}
-    with bpf_stats(False):
+    with bpf_stats(a.bpf_ns):
         prog_a, prog_b = load_pair(model, a.variant)
         try:
-            for i in range(a.rounds):
-                for n in (sizes if i % 2 == 0 else sizes[::-1]):
-                    ops = {}
-                    for cond in CONDITIONS[i % 3:] + CONDITIONS[:i % 3]:
-                        with contextlib.ExitStack() as detached:
-                            for name, prog in (("A", prog_a), ("B", prog_b)):
-                                if cond != name:
-                                    detached.enter_context(prog.hot_path_detached())
-                            ops[cond] = run_workload(n, a.runtime)["avg_ops_per_sec"]
-                    for name in "AB":
-                        ratios[n][name].append(ops[name] / ops["untraced"])
+            (bpf_ns if a.bpf_ns else throughput)(a, sizes, prog_a, prog_b)
         finally:
             prog_a.close()
             prog_b.close()
-    ref = sizes[0]
-    med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in ratios.items()}
-    print(f"# {a.rounds} rounds, futexbench -t 1 -r {a.runtime}; B = {a.variant}/futex_common.h; {BPF_STATS} off")
-    for n in sizes:
-        diff = statistics.median(b - x for x, b in zip(ratios[n]["A"], ratios[n]["B"]))
-        print(f"{n:>9,} futexes: A {med[n]['A']:.3f} ({med[n]['A'] - med[ref]['A']:+.3f} vs {ref:,}), "
-              f"B {med[n]['B']:.3f} ({med[n]['B'] - med[ref]['B']:+.3f}), B - A per round {diff:+.3f}")
     return 0
 
 
