@@ -80,32 +80,44 @@ static __always_inline void count(u32 idx)
 		(*c)++;
 }
 
-static __always_inline u32 ft_rol32(u32 w, u32 s) { return (w << s) | (w >> (32 - s)); }
+/*
+ * jhash2 in 64-bit registers whose upper halves may hold garbage (BCC emits
+ * no 32-bit ALU instructions, and BPF has no rotate): add, subtract, xor and
+ * left shifts are right modulo 2^32 whatever the upper half holds, so only
+ * a right shift masks its input. A rotate's two parts have disjoint bits, so
+ * `x -= rol32(y, s)` is two subtractions and `x ^= rol32(y, s)` two xors:
+ * three dependent instructions per step instead of four (mask, shift, or,
+ * subtract), which is most of the cost of a lookup-cache miss.
+ */
+#define FT_ROL_HI(y, s) ((y) << (s))                          /* rol32's upper part */
+#define FT_ROL_LO(y, s) (((y) & 0xffffffffULL) >> (32 - (s)))  /* its lower part */
+#define FT_SUB_ROL(x, y, s) ((x) - FT_ROL_HI(y, s) - FT_ROL_LO(y, s))
+#define FT_XOR_ROL(x, y, s) ((x) ^ FT_ROL_HI(y, s) ^ FT_ROL_LO(y, s))
 
-#define JHASH_MIX(a, b, c) {                        \
-	a -= c; a ^= ft_rol32(c, 4);  c += b;          \
-	b -= a; b ^= ft_rol32(a, 6);  a += c;          \
-	c -= b; c ^= ft_rol32(b, 8);  b += a;          \
-	a -= c; a ^= ft_rol32(c, 16); c += b;          \
-	b -= a; b ^= ft_rol32(a, 19); a += c;          \
-	c -= b; c ^= ft_rol32(b, 4);  b += a; }
-#define JHASH_FINAL(a, b, c) {                      \
-	c ^= b; c -= ft_rol32(b, 14);                  \
-	a ^= c; a -= ft_rol32(c, 11);                  \
-	b ^= a; b -= ft_rol32(a, 25);                  \
-	c ^= b; c -= ft_rol32(b, 16);                  \
-	a ^= c; a -= ft_rol32(c, 4);                   \
-	b ^= a; b -= ft_rol32(a, 14);                  \
-	c ^= b; c -= ft_rol32(b, 24); }
+#define JHASH_MIX(a, b, c) {                                     \
+	a = FT_XOR_ROL(a - c, c, 4);   c += b;                      \
+	b = FT_XOR_ROL(b - a, a, 6);   a += c;                      \
+	c = FT_XOR_ROL(c - b, b, 8);   b += a;                      \
+	a = FT_XOR_ROL(a - c, c, 16);  c += b;                      \
+	b = FT_XOR_ROL(b - a, a, 19);  a += c;                      \
+	c = FT_XOR_ROL(c - b, b, 4);   b += a; }
+#define JHASH_FINAL(a, b, c) {                                   \
+	c = FT_SUB_ROL(c ^ b, b, 14);                               \
+	a = FT_SUB_ROL(a ^ c, c, 11);                               \
+	b = FT_SUB_ROL(b ^ a, a, 25);                               \
+	c = FT_SUB_ROL(c ^ b, b, 16);                               \
+	a = FT_SUB_ROL(a ^ c, c, 4);                                \
+	b = FT_SUB_ROL(b ^ a, a, 14);                               \
+	c = FT_SUB_ROL(c ^ b, b, 24); }
 #define JHASH_INITVAL_ 0xdeadbeef
 
 /* __futex_hash_private(): jhash2(&key->private.address, 2, key->both.offset) */
 static __always_inline u32 hash_private(u64 address, u32 offset)
 {
-	u32 a, b, c;
+	u64 a, b, c;
 	a = b = c = JHASH_INITVAL_ + (2 << 2) + offset;
-	b += (u32)(address >> 32);
-	a += (u32)address;
+	b += address >> 32;
+	a += address;
 	JHASH_FINAL(a, b, c);
 	return c;
 }
@@ -113,13 +125,13 @@ static __always_inline u32 hash_private(u64 address, u32 offset)
 /* __futex_hash(), global part: jhash2(key, 4 words {mm, address}, offset) */
 static __always_inline u32 hash_global(u64 mm, u64 address, u32 offset)
 {
-	u32 a, b, c;
+	u64 a, b, c;
 	a = b = c = JHASH_INITVAL_ + (4 << 2) + offset;
-	a += (u32)mm;
-	b += (u32)(mm >> 32);
-	c += (u32)address;
+	a += mm;
+	b += mm >> 32;
+	c += address;
 	JHASH_MIX(a, b, c);
-	a += (u32)(address >> 32);
+	a += address >> 32;
 	JHASH_FINAL(a, b, c);
 	return c;
 }

@@ -29,7 +29,7 @@ BCACHE_SLOTS_MIN = 1024
 BCACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots, every possible CPU)
 # A lookup-cache miss is admitted to the cache once per ADMIT_EVERY misses
 # counted in its bucket's slot; the others are counted in that slot only.
-ADMIT_EVERY = 8
+ADMIT_EVERY = 32
 FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
 FUTEXES_MAX_DEFAULT = 65536
 # Entries of the per-CPU `buckets` map (the exact counts), whatever the CPU

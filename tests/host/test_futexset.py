@@ -1,9 +1,9 @@
 """Exact per-bucket counts for more distinct futexes than any map holds.
 
-tests/data/manyfutexes.c uses 100,000 distinct private futexes (the per-futex
-map is cut to 4096 entries, the per-CPU cache holds 4096 slots), futex i
+tests/data/manyfutexes.c uses 100,000 distinct private futexes, futex i
 1 + i % 3 times, and one hot futex after each of them, under a custom 64-slot
-hash. Expected per-bucket counts come
+hash; the per-futex map is cut to its smallest, 1024 entries, and the per-CPU
+lookup cache holds 256 slots. Expected per-bucket counts come
 from the tests' own jhash2 (fidelity_ref.py) of the known addresses, and the
 slot count from the process's own PR_FUTEX_HASH_GET_SLOTS.
 """
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 FT = [sys.executable, "-m", "futextrace.cli"]
 DATA = Path(__file__).parent.parent / "data"
 NFUTEXES = 100_000
-LIST_CAPACITY = 4096
+LIST_CAPACITY = 1024
 
 
 @pytest.fixture(scope="module")
