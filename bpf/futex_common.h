@@ -87,7 +87,7 @@ static __always_inline void count(u32 idx)
  * a right shift masks its input. A rotate's two parts have disjoint bits, so
  * `x -= rol32(y, s)` is two subtractions and `x ^= rol32(y, s)` two xors:
  * three dependent instructions per step instead of four (mask, shift, or,
- * subtract), which is most of the cost of a lookup-cache miss.
+ * subtract). jhash2 is most of what a lookup-cache miss costs.
  */
 #define FT_ROL_HI(y, s) ((y) << (s))                          /* rol32's upper part */
 #define FT_ROL_LO(y, s) (((y) & 0xffffffffULL) >> (32 - (s)))  /* its lower part */
@@ -453,7 +453,8 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
  * miss of a slot is not counted here (0): the caller admits that futex to the
  * lookup cache instead. So a stream of futexes seen once (a set far larger than the cache)
  * costs jhash2 and one slot update each, while a hot futex takes a way after
- * a few misses and stays (the way with fewer lookups is the one evicted).
+ * a few dozen misses of its bucket and stays (the way with fewer lookups is
+ * the one evicted).
  * The key words are built in registers in bucket_key's layout.
  */
 static __always_inline int count_streamed(struct futex_stat_key *key, u32 bucket, s32 bnode,

@@ -9,9 +9,9 @@ the process itself says it used. Nothing expected comes from futextrace's formul
 from __future__ import annotations
 
 import json
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
