@@ -46,6 +46,11 @@ def main(argv=None):
     except click.exceptions.Abort:
         click.echo("futextrace: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as e:
+        # One line, as every futextrace error (click's own form is a usage block of four).
+        where = f" (see '{e.ctx.command_path} --help')" if e.ctx else ""
+        click.echo(f"futextrace: error: {e.format_message()}{where}", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)

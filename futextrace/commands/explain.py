@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
-from futextrace.commands.options import json_option, text_wanted
+from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.output.jsonio import open_output
 
 EXAMPLES = """\b
@@ -18,7 +18,7 @@ Examples:
 
 @click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
 @click.option("-p", "--pid", "pids", type=int, multiple=True, help="explain this running process (repeatable)")
-@click.option("-d", "--duration", type=float, help="stop after this many seconds")
+@click.option("-d", "--duration", type=SECONDS, help="stop after this many seconds")
 @json_option("the explanation and the recording")
 @click.option("-q", "--quiet", is_flag=True, help="no text (with --json)")
 @click.option("-v", "--verbose", is_flag=True,
@@ -36,11 +36,13 @@ def command(pids, duration, json_path, quiet, verbose, command):
     history before. A what-if table shows how the recorded futexes would
     spread over each size 16 ... 131072."""
     from futextrace.analysis.explain import explain, render
+    from futextrace.commands.record import say_target_exited
     from futextrace.record.recorder import RecordOptions, record_command, record_pids
     if bool(pids) == bool(command):
         raise UsageError("give either -p PID or -- COMMAND")
     if pids and not duration:
         raise UsageError("-p needs -d/--duration (how long to watch)")
+    refuse_quiet_without_output(quiet, json_path)
     json_out = open_output(json_path) if json_path else None
     # explain is about why: exact prctl results are worth their cost here.
     opts = RecordOptions(pids=list(pids), duration=duration, method="auto", exact_prctl=True,
@@ -55,3 +57,4 @@ def command(pids, duration, json_path, quiet, verbose, command):
         json_out.write_json({"explanation": expl, "recording": rec})
     if rec.get("error"):
         raise TargetError(rec["error"])
+    say_target_exited(rec)

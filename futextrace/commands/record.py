@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
-from futextrace.commands.options import json_option, text_wanted
+from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.output import jsonio
 
 EXAMPLES = """\b
@@ -26,8 +26,8 @@ Examples:
 @click.option("--cgroup", "cgroups", multiple=True, help="trace only tasks in this cgroup v2 path")
 @click.option("--hash", "hash_kind", type=click.Choice(["all", "private", "global"]), default="all",
               show_default=True, help="report lookups of this hash only")
-@click.option("-d", "--duration", type=float, help="stop after this many seconds")
-@click.option("-i", "--interval", type=float, help="print rates every INTERVAL seconds")
+@click.option("-d", "--duration", type=SECONDS, help="stop after this many seconds")
+@click.option("-i", "--interval", type=SECONDS, help="print rates every INTERVAL seconds")
 @click.option("-T", "--timestamps", is_flag=True, help="timestamps on interval lines")
 @click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False),
               help="write per-interval JSON lines here ('-' = stdout)")
@@ -47,7 +47,9 @@ Examples:
 @click.option("--rt-priority", type=int, metavar="N",
               help="run the tracer itself under SCHED_FIFO priority N (1-99), for when real-time "
                    "threads hold every CPU; the traced command keeps its normal policy")
-@click.option("-q", "--quiet", is_flag=True, help="no text summary (with --json)")
+@click.option("-q", "--quiet", is_flag=True,
+              help="no text summary (with --json, --jsonl, -i or -- COMMAND; alone it is refused: "
+                   "nothing would show)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,
             json_path, method, max_futexes, exact_prctl, rt_priority, quiet, command):
@@ -58,6 +60,8 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     every process until Ctrl-C or --duration."""
     from futextrace.record.recorder import RecordOptions, record_command, record_pids
     from futextrace.output.render import render_text
+    # With a command, its own output remains (a run traced for its cost alone).
+    refuse_quiet_without_output(quiet, json_path, jsonl_path, interval, command)
     if not quiet or interval or "-" in (json_path, jsonl_path):
         jsonio.require_stdout()
     jsonio.guard_closed_stdout()
@@ -88,6 +92,13 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
         raise FileProblem(output_error)
     if rec.get("error"):
         raise TargetError(rec["error"])
+    say_target_exited(rec)
+
+
+def say_target_exited(rec: dict) -> None:
+    """A -p target that exits ends the run normally (exit 0): say so on stderr."""
+    if rec.get("target_exited"):
+        click.echo(f"futextrace: note: {rec['target_exited']['note']}", err=True)
 
 
 def _say_command_status(cmd: dict | None) -> None:

@@ -7,7 +7,7 @@ import time
 import click
 
 from futextrace.errors import EXIT_CODES_HELP
-from futextrace.commands.options import json_option, text_wanted
+from futextrace.commands.options import SECONDS, json_option, text_wanted
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b
@@ -21,7 +21,7 @@ Examples:
 
 @click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
 @click.option("-p", "--pid", "pids", type=int, multiple=True, help="this process (repeatable)")
-@click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("-d", "--duration", type=SECONDS, default=None,
               help="with --watch: stop after this many seconds; without the task iterator: seconds "
                    "to watch futex calls (default 1)")
 @click.option("-w", "--watch", is_flag=True,

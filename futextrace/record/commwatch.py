@@ -46,6 +46,7 @@ class CommWatch:
         self._events = events
         self.names = {n[:COMM_LEN] for n in names}
         self.tgids: set[int] = set()
+        self.seen: set[int] = set()     # every process that matched during the run
         self._table = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -64,6 +65,7 @@ class CommWatch:
         import ctypes as ct
         self._table[self._table.Key(tgid)] = ct.c_uint8(1)
         self.tgids.add(tgid)
+        self.seen.add(tgid)
 
     def _remove(self, tgid: int) -> None:
         self.tgids.discard(tgid)

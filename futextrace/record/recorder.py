@@ -8,6 +8,7 @@ is SIGKILLed (BCC holds them only through file descriptors and perf links).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import choose_method, refuse_unserved
-from futextrace.record import attachstate, commwatch, procevents, startup, targets
+from futextrace.record import attachstate, commwatch, filternotes, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
 
@@ -54,10 +55,10 @@ class RecordOptions:
 
 class Recorder:
     def __init__(self, opts: RecordOptions, model=None):
-        if opts.duration is not None and opts.duration <= 0:
-            raise UsageError("-d/--duration must be more than 0 seconds")
-        if opts.interval is not None and opts.interval <= 0:
-            raise UsageError("-i/--interval must be more than 0 seconds")
+        if opts.duration is not None and not (math.isfinite(opts.duration) and opts.duration > 0):
+            raise UsageError("-d/--duration must be a finite number of seconds above 0")
+        if opts.interval is not None and not (math.isfinite(opts.interval) and opts.interval > 0):
+            raise UsageError("-i/--interval must be a finite number of seconds above 0")
         refuse_unserved(opts.method)
         self.opts = opts
         # Setup time, reported as attach_s: the process's own start counts for
@@ -88,6 +89,7 @@ class Recorder:
         self.max_thread_events = MAX_THREAD_EVENTS   # the exporter keeps none (no thread list)
         self._last_state: dict[int, tuple] = {}   # tgid -> hash state of its last kept event
         self.comm_watch: commwatch.CommWatch | None = None
+        self.comm_seen: set[int] = set()     # processes --comm matched, kept past close()
         self.comm_how: str | None = None
 
     def _open_comm_watch(self):
@@ -116,10 +118,12 @@ class Recorder:
             state.close()
             raise
         self.t0_ns = time.monotonic_ns()
-        self.attach_state = state.read(self.opts.pids)
+        self.attach_state = state.read(self.opts.pids, attachstate.Scope(self.opts.comms, self.opts.cgroups,
+                                                                         self.opts.tids))
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         if self.opts.announce:
-            print("Tracing futex hash lookups... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
+            print(announcement(self.opts.duration), file=sys.stderr, flush=True)
+            filternotes.say_waiting(self.opts, self.comm_watch)
 
     def _attach(self):
         self._open_comm_watch()
@@ -149,6 +153,7 @@ class Recorder:
 
     def close(self):
         if self.comm_watch is not None:
+            self.comm_seen = set(self.comm_watch.seen)
             self.comm_watch.close()
             self.comm_watch = None
         if self.maps is not None:
@@ -287,6 +292,14 @@ class Recorder:
         return rec
 
 
+def announcement(duration: float | None) -> str:
+    """The line that marks the attach (scripts wait for "Tracing futex hash
+    lookups"): with -d it says when the run ends, as BCC tools do."""
+    if duration:
+        return f"Tracing futex hash lookups for {duration:g} s..."
+    return "Tracing futex hash lookups... Hit Ctrl-C to end."
+
+
 _setups = 0
 
 
@@ -327,8 +340,15 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
         rec.close()
         if exits:
             exits.close()
+    unmatched = filternotes.unmatched(opts, result, rec.comm_seen)
+    if unmatched:
+        result["error"] = unmatched
     if gone:
-        result["error"] = f"PID {gone[0]} exited during tracing" + (exits.describe(gone[0]) if exits else "")
+        # A normal end, like a command that exits: the recording is complete up to here.
+        result["target_exited"] = {"pid": gone[0], "t": round(duration, 3),
+                                   "note": f"PID {gone[0]} exited during tracing"
+                                           + (exits.describe(gone[0]) if exits else "")
+                                           + f" at +{duration:.2f} s: the recording ends there"}
     return result
 
 

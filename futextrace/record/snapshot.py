@@ -143,7 +143,7 @@ def snapshot_by_watching(pids: list[int], duration: float, model, refused: str) 
     why = f"watched futex calls for {rec['duration_s']:.1f} s: the task iterator is unavailable ({refused})"
     # A PID that exits ends the watch early (record_pids); it is a row, not an error.
     return {**header(model, WATCH, why), "duration_s": rec["duration_s"], "processes": rows,
-            "note": rec.get("error")}
+            "note": (rec.get("target_exited") or {}).get("note")}
 
 
 # --- text ---------------------------------------------------------------------
