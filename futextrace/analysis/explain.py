@@ -15,6 +15,8 @@ from futextrace.analysis.atomic import atomic_text, installed_text, process_cost
 from futextrace.analysis.history import at_attach_text
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 from futextrace.kernel.sizing import auto_buckets, threads_before_clone
+from futextrace.output.render import MIN_HIST_LOOKUPS
+from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 
 # prctl results as the kernel returns them (negative errno).
 EINVAL, EBUSY, ENOMEM = -errno.EINVAL, -errno.EBUSY, -errno.ENOMEM
@@ -414,6 +416,28 @@ def _advice(table: dict, st: _State, cur: int) -> tuple[int | None, str, str | N
         f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {best}, 0);"
 
 
+SHARED_WHY = ("shared futexes (process-shared or file-backed), which always use the global hash: "
+              "no PR_FUTEX_HASH_SET_SLOTS size changes their buckets")
+
+
+def _shared_share(pid: int, rec: dict) -> float:
+    proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), {})
+    shared = sum(h["lookups"] for h in proc.get("hashes", []) if h["kind"] == "global_shared")
+    return shared / proc["lookups"] if proc.get("lookups") else 0.0
+
+
+def no_table_reason(pid: int, rec: dict) -> str:
+    """Why there is no what-if table, from what the recording holds."""
+    proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), {})
+    if "futex_list" not in proc:
+        return ("the recording has no per-futex list (made by a futextrace before it kept one): "
+                "no what-if table, no size to suggest")
+    if proc.get("hashes") and all(h["kind"] == "global_shared" for h in proc["hashes"]):
+        return f"its lookups were of {SHARED_WHY}"
+    return ("the per-futex list holds none of its private futexes (the list was full: raise "
+            "--max-futexes): no what-if table, no size to suggest")
+
+
 def recommend(pid: int, rec: dict, st: _State) -> dict | None:
     """A SET_SLOTS value from the what-if table (analysis/whatif.py): the smallest
     size where no hot futex shares a bucket, with its memory cost."""
@@ -428,12 +452,20 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
     gets = (rc.get("get_percpu") or 0) + (rc.get("get_atomic") or 0)
     atomic_share = (rc.get("get_atomic") or 0) / gets if gets else 0.0
     imb = (h.get("imbalance") or {}).get("max_over_mean")
+    if h.get("lookups", 0) < max(h.get("buckets") or 0, MIN_HIST_LOOKUPS):
+        imb = None   # a handful of lookups: max/mean means nothing (as in the summary)
+    sharing = (f"{h['collisions']} sharing a bucket" if "collisions" in h
+               else f"sharing a bucket: {BUCKET_NOT_VISIBLE}")
     measured = (f"measured: {d} distinct futexes in {cur or 'the global hash'}{' buckets' if cur else ''}, "
-                f"{h.get('collisions', 0)} sharing a bucket"
+                f"{sharing}"
                 + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
                 + f", {atomic_share:.1%} of refcount gets atomic"
                 + (" (inferred)" if str(rc.get("source", "")).startswith("inferred") else ""))
     slots, effect, line = _advice(table, st, cur)
+    if not table and not st.global_chosen:
+        effect = no_table_reason(pid, rec)
+    elif (shared := _shared_share(pid, rec)) >= 0.5:
+        effect = (f"{shared:.0%} of its lookups were of {SHARED_WHY}; for its private futexes: {effect}")
     return {"slots": slots, "distinct_futexes": d, "current_buckets": cur,
             "collisions": h.get("collisions"), "max_over_mean": imb, "atomic_share": atomic_share,
             "expected_collisions_now": expected_collisions(d, cur) if cur else None,

@@ -50,9 +50,12 @@ Examples:
 @click.option("-q", "--quiet", is_flag=True,
               help="no text summary (with --json, --jsonl, -i or -- COMMAND; alone it is refused: "
                    "nothing would show)")
+@click.option("-v", "--verbose", is_flag=True,
+              help="list every process in the summary (processes under 1%% of the lookups, or beyond "
+                   "the 10 busiest, are otherwise folded into one line)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,
-            json_path, method, max_futexes, exact_prctl, rt_priority, quiet, command):
+            json_path, method, max_futexes, exact_prctl, rt_priority, quiet, verbose, command):
     """Trace futex hash lookups, refcount traffic and resizes.
 
     With -- COMMAND, starts the command and traces it (and processes it forks)
@@ -84,7 +87,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
         if json_out:
             json_out.write_json(rec)
         if text_wanted(json_path, quiet):   # `--json -` stays parseable
-            jsonio.echo(render_text(rec))
+            jsonio.echo(render_text(rec, verbose))
     except FileProblem:
         if output_error is None:
             raise

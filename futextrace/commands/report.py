@@ -24,12 +24,13 @@ Examples:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="write one HTML page with the text and the pictures embedded")
 @click.option("-q", "--quiet", is_flag=True, help="no text on stdout")
-def command(file, plot_dir, html_path, quiet):
+@click.option("-v", "--verbose", is_flag=True, help="list every process (small ones are otherwise folded into one line)")
+def command(file, plot_dir, html_path, quiet, verbose):
     """Render a recording saved with `futextrace record --json FILE`."""
     from futextrace.output.render import render_text
     from futextrace.output.report import load_recording, write_html
     rec = load_recording(file)
-    text = render_text(rec)
+    text = render_text(rec, verbose)
     if not quiet:
         from futextrace.output.jsonio import echo
         echo(text)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
 from futextrace.kernel.errnos import errno_name
+from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 
 
 def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:
-    """Like BCC's print_log2_hist: `low -> high : count |****|`."""
+    """Like BCC's print_log2_hist with strip_leading_zero: `low -> high : count |****|`,
+    from the first power of two that holds a value (the `0 -> 0` row of unused
+    buckets kept): 16 buckets of a million lookups each are one row, not 21."""
+    rows = _strip_leading_zero(rows)
     if not rows:
         return [f"     {label:<19}: count     distribution", "     (empty)"]
     top = max(r["count"] for r in rows) or 1
@@ -16,6 +20,22 @@ def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:
         stars = "*" * int(width * r["count"] / top)
         out.append(f"{r['low']:>10} -> {r['high']:<10}: {r['count']:<9} |{stars:<{width}}|")
     return out
+
+
+def _strip_leading_zero(rows: list[dict]) -> list[dict]:
+    zero = [r for r in rows if r["high"] == 0 and r["count"]]
+    powers = [r for r in rows if r["high"] > 0]
+    first = next((i for i, r in enumerate(powers) if r["count"]), len(powers))
+    return zero + powers[first:]
+
+
+# Figures that mean nothing for a handful of lookups: max/mean and CV need at
+# least one lookup per bucket on average, histograms a few dozen values.
+MIN_HIST_LOOKUPS = 32
+
+
+def _stats_meaningful(h: dict) -> bool:
+    return h["lookups"] >= max(h["imbalance"]["buckets"], MIN_HIST_LOOKUPS)
 
 
 def _buckets_desc(h: dict) -> str:
@@ -43,13 +63,18 @@ def _collisions(h: dict) -> str:
 def _hash_section(h: dict) -> list[str]:
     lines = [f"  {_buckets_desc(h)}: {h['lookups']} lookups, {_futex_bounds(h)}"]
     if "imbalance" not in h:
-        lines.append(f"    {h.get('note', '')}")
+        why = BUCKET_NOT_VISIBLE if h["kind"] == "global_shared" else h.get("note", "")   # older notes too
+        lines.append(f"    buckets used, max/mean, collisions: {why}")
         return lines
     im = h["imbalance"]
-    lines.append(f"    buckets used {im['used']} of {im['buckets']}; max/mean {im['max_over_mean']:.2f}; "
-                 f"CV {im['cv']:.2f}; collisions {_collisions(h)} futexes share a bucket")
-    lines += ["", *("    " + l for l in log2_hist(h["lookups_per_bucket_hist"], "lookups/bucket")), ""]
-    lines += [*("    " + l for l in log2_hist(h["futexes_per_bucket_hist"], "futexes/bucket")), ""]
+    if not _stats_meaningful(h):
+        lines.append(f"    buckets used {im['used']} of {im['buckets']}; collisions {_collisions(h)} futexes "
+                     f"share a bucket; too few lookups for max/mean, CV and histograms")
+    else:
+        lines.append(f"    buckets used {im['used']} of {im['buckets']}; max/mean {im['max_over_mean']:.2f}; "
+                     f"CV {im['cv']:.2f}; collisions {_collisions(h)} futexes share a bucket")
+        lines += ["", *("    " + l for l in log2_hist(h["lookups_per_bucket_hist"], "lookups/bucket")), ""]
+        lines += [*("    " + l for l in log2_hist(h["futexes_per_bucket_hist"], "futexes/bucket")), ""]
     lines.append("    hottest buckets:" + ("" if h.get("futex_detail", {}).get("complete", True) else
                                           " (futexes and addresses: those in the per-futex list, a lower bound)"))
     lines.append(f"    {'bucket':>8} {'node':>4} {'lookups':>12} {'futexes':>7}  addresses")
@@ -63,15 +88,27 @@ def _hash_section(h: dict) -> list[str]:
 ATTACH_ROWS = 20   # system-wide, many processes have a hash: the busiest threads first
 
 
-def _attach_section(att: dict | None) -> list[str]:
-    """Each traced process's hash when tracing began (hash_at_attach)."""
+def _attach_section(att: dict | None, shown: set[int] | None = None, folded: set[int] | None = None,
+                    verbose: bool = False) -> list[str]:
+    """Each traced process's hash when tracing began (hash_at_attach), unless
+    verbose without the processes folded above and, system-wide, without those
+    that made no lookups (counted on one line). With a filter, a matching
+    process that made no lookups is listed: it appears nowhere else."""
     if not att:
         return []
     if att.get("source") != "iterator" and not att.get("processes"):
         return ["", f"Hash at attach: {att.get('note')}"]
     rows = sorted(att["processes"].values(), key=lambda r: (-(r.get("threads") or 0), r["pid"]))
-    out = ["", f"Hash at attach ({att.get('note')}):"]
-    for r in rows[:ATTACH_ROWS]:
+    scope = f"; {att['filter']}" if att.get("filter") else ""
+    out = ["", f"Hash at attach ({att.get('note')}{scope}):"]
+    if not rows:
+        out.append("  none of them was running" if scope else "  no process had a futex hash")
+    rest = []
+    if shown is not None and not verbose:
+        keep = shown | set(att.get("targets") or [])
+        rest = [r for r in rows if r["pid"] not in keep and (r["pid"] in (folded or set()) or not scope)]
+        rows = [r for r in rows if r not in rest]
+    for r in rows[:ATTACH_ROWS if not verbose else None]:
         if r.get("launched"):
             what = "launched: no hash yet (fresh after exec)"
         elif r["kind"] == "none":
@@ -82,17 +119,22 @@ def _attach_section(att: dict | None) -> list[str]:
             what = f"{r['buckets']} buckets, {'custom' if r['mode'] == 'custom' else 'automatic'}"
         pend = f"; {r['pending']['buckets']} pending" if r.get("pending") else ""
         out.append(f"  PID {r['pid']} ({r['comm']}), {r['threads']} threads: {what}{pend}")
-    if len(rows) > ATTACH_ROWS:
+    if len(rows) > ATTACH_ROWS and not verbose:
         out.append(f"  ... and {len(rows) - ATTACH_ROWS} more (see --json)")
+    if rest:
+        out.append(f"  ... {len(rest)} more process{'es' if len(rest) != 1 else ''} (folded above, or no "
+                   "lookups); -v lists them")
     return out
 
 
-def _resize_section(resizes: list[dict]) -> list[str]:
-    """The resize list: request, inputs, result, old -> new, pending time."""
+def _resize_section(resizes: list[dict], folded: set[int] | None = None, verbose: bool = False) -> list[str]:
+    """The resize list: request, inputs, result, old -> new, pending time; those
+    of the processes folded above counted on one line unless verbose."""
     out = ["", "Resizes:"]
     if not resizes:
         out.append("  none seen")
-    for r in resizes:
+    hidden = [] if verbose else [r for r in resizes if r["pid"] in (folded or set())]
+    for r in (r for r in resizes if r not in hidden):
         res = "ok" if r["result"] == 0 else errno_name(r["result"])
         if r.get("result_inferred"):
             res += " (inferred)" if r["result"] is not None else " (caller not seen again)"
@@ -106,10 +148,60 @@ def _resize_section(resizes: list[dict]) -> list[str]:
             f"{seen} after {r['pending_s'] * 1000:.3f} ms" if r["pending_s"] is not None else "")
         out.append(f"  +{r['t']:.3f}s PID {r['pid']} {why}: {res}, "
                    f"{r['old_buckets'] or 'global/none'} -> {r['new_buckets'] or 'global'} buckets {pend}".rstrip())
+    if hidden:
+        out.append(f"  ... {len(hidden)} more of the processes folded above; -v lists them")
     return out
 
 
-def render_text(rec: dict) -> str:
+# Processes below both limits are folded into one line, as top and perf report
+# do: a system-wide recording beside one busy workload stays one screen.
+FOLD_SHARE = 0.01     # under 1% of the recording's lookups...
+FOLD_TOP = 10         # ...or beyond the 10 busiest: folded (targets never are)
+
+
+def fold_processes(rec: dict) -> tuple[list[dict], list[dict]]:
+    """(processes shown in full, processes folded): the busiest FOLD_TOP with at
+    least FOLD_SHARE of the lookups, and every -p target or launched command."""
+    procs = rec["processes"]
+    total = sum(p["lookups"] for p in procs) or 1
+    targets = set((rec.get("hash_at_attach") or {}).get("targets") or [])
+    targets.add((rec.get("command") or {}).get("pid"))
+    shown = [p for i, p in enumerate(procs)
+             if p["pid"] in targets or (i < FOLD_TOP and p["lookups"] >= FOLD_SHARE * total)]
+    ids = {id(p) for p in shown}
+    return shown, [p for p in procs if id(p) not in ids]
+
+
+def _folded_section(folded: list[dict], verbose: bool) -> list[str]:
+    if not folded:
+        return []
+    n, lookups = len(folded), sum(p["lookups"] for p in folded)
+    head = (f"... {n} more process{'es' if n != 1 else ''}, {lookups} lookups "
+            f"(each under {FOLD_SHARE:.0%} of all, or beyond the {FOLD_TOP} busiest)")
+    if not verbose:
+        return ["", head + "; -v lists them"]
+    out = ["", head + ":"]
+    for p in folded:
+        hashes = ", ".join(f"{_buckets_desc(h)} {h['lookups']}" for h in p["hashes"])
+        out.append(f"  PID {p['pid']} ({p['comm']}): {p['lookups']} lookups ({hashes})")
+    return out
+
+
+def _process_blocks(rec: dict, shown: list[dict]) -> list[str]:
+    """One block per process shown in full: its hash, refcount time, each hash it used."""
+    costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
+    out = []
+    for p in shown:
+        out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']} lookups"]
+        if p["pid"] in costs:
+            out += [f"  hash: {installed_text(costs[p['pid']])}",
+                    *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
+        for h in p["hashes"]:
+            out += _hash_section(h)
+    return out
+
+
+def render_text(rec: dict, verbose: bool = False) -> str:
     t = rec["totals"]
     m = rec["method"]
     out = [f"futextrace: method {m['name']} ({m['why']})",
@@ -146,14 +238,9 @@ def render_text(rec: dict) -> str:
         out.append(f"  {t['read_faults']} kernel/user reads failed")
     if t.get("kernel_mismatch"):
         out.append(f"  {t['kernel_mismatch']} lookups where the computed bucket differed from the kernel's")
-    costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
-    for p in rec["processes"]:
-        out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']} lookups"]
-        if p["pid"] in costs:
-            out += [f"  hash: {installed_text(costs[p['pid']])}",
-                    *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
-        for h in p["hashes"]:
-            out += _hash_section(h)
+    shown, folded = fold_processes(rec)
+    out += _process_blocks(rec, shown)
+    out += _folded_section(folded, verbose)
     out += ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
     for r in rec["per_cpu"]:
         out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} "
@@ -166,6 +253,7 @@ def render_text(rec: dict) -> str:
     out += ["", f"Refcount ({rc['source']}):",
             f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
             f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic"]
-    out += _attach_section(rec.get("hash_at_attach"))
-    out += _resize_section(rec["resizes"])
+    shown_pids, folded_pids = {p["pid"] for p in shown}, {p["pid"] for p in folded}
+    out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose)
+    out += _resize_section(rec["resizes"], folded_pids, verbose)
     return "\n".join(out)

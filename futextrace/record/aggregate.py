@@ -30,6 +30,9 @@ SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1
 KIND_NAMES = {v: k.removeprefix("FT_").lower() for k, v in KIND.items()}
 UNKNOWN = 0xFFFFFFFF  # a bucket the kernel did not report (tracepoint method)
+# Shown (text) and given as the reason beside null (JSON) wherever a figure needs
+# the bucket of a shared futex, which is not recorded (bucket UNKNOWN).
+BUCKET_NOT_VISIBLE = "n/a (shared futexes: bucket not visible with this method)"
 HOTTEST = 10          # hottest buckets listed per hash
 ADDRS_PER_BUCKET = 8  # futex addresses listed per hot bucket
 REF_COUNTERS = ("REF_GET_PERCPU", "REF_GET_ATOMIC", "REF_PUT_PERCPU", "REF_PUT_ATOMIC")
@@ -221,11 +224,12 @@ def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int)
         fs = listed.get((kind, mask), [])
         if kind == "private":
             hashes.append(_hash_summary("private", mask + 1, group, fs))
-        elif kind == "global_shared":
+        elif kind == "global_shared" and any(r["bucket"] == UNKNOWN for r in group):
+            # A shared key's bucket is recorded only where the kernel's is read: else n/a.
             hashes.append({"kind": "global_shared", "buckets": global_buckets,
                            "lookups": _lookups(group), "distinct_futexes": len(fs),
                            "futex_detail": futex_detail(_lookups(group), fs),
-                           "note": "shared futexes: bucket not computable from a tracepoint"})
+                           "note": BUCKET_NOT_VISIBLE})
         else:
             hashes.append(_hash_summary(kind, global_buckets, group, fs))
     return hashes

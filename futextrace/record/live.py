@@ -11,7 +11,7 @@ import time
 
 from futextrace.analysis.atomic import installed_at, process_cost
 from futextrace.analysis.timeline import build_timeline
-from futextrace.record.aggregate import KIND_NAMES, total_of, merge_futexes
+from futextrace.record.aggregate import BUCKET_NOT_VISIBLE, KIND_NAMES, UNKNOWN, total_of, merge_futexes
 
 TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
@@ -58,15 +58,26 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
         total = sum(x["lookups"] for x in p["hashes"].values())
         counts = list(h["buckets"].values())
         name = KIND_NAMES.get(kind, str(kind))
-        rows.append({
+        row = {
             "pid": tgid, "comm": comms.get(tgid, "?"), "lookups": total,
             "lookups_per_s": total / interval_s if interval_s else 0.0,
             "hash": f"private {mask + 1}" if name == "private" else name,
             "futexes": h["futexes"], "buckets_touched": len(counts),
             "max_over_mean": max(counts) / (sum(counts) / len(counts)) if counts else 0.0,
-        })
+        }
+        if any(_not_visible(b) for b in h["buckets"]):
+            # Shared futexes: every lookup is filed under one unknown bucket,
+            # which would read as "1 bucket, max/mean 1.00".
+            row.update(buckets_touched=None, max_over_mean=None, buckets_unknown=BUCKET_NOT_VISIBLE)
+        rows.append(row)
     rows.sort(key=lambda r: -r["lookups"])
     return rows
+
+
+def _not_visible(bucket) -> bool:
+    """A bucket the recording does not know: UNKNOWN (the futex list's form)
+    or (node, UNKNOWN) (the exact counts' form)."""
+    return (bucket[1] if isinstance(bucket, tuple) else bucket) == UNKNOWN
 
 
 def with_hash_state(rows: list[dict], tl: dict) -> None:
@@ -102,11 +113,15 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
         lines.append(f"  {'PID':>7} {'COMM':<16} {'HASH':<14} {'LOOKUPS/s':>12} {'FUTEXES':>7} "
                      f"{'BUCKETS':>7} {'MAX/MEAN':>8} {'PENDING':>12}")
         for p in procs[:TOP]:
+            touched = "n/a" if p["buckets_touched"] is None else p["buckets_touched"]
+            mom = "n/a" if p["max_over_mean"] is None else f"{p['max_over_mean']:.2f}"
             lines.append(f"  {p['pid']:>7} {p['comm'][:16]:<16} {p.get('installed') or p['hash']:<14} "
-                         f"{p['lookups_per_s']:>12,.0f} {p['futexes']:>7} {p['buckets_touched']:>7} "
-                         f"{p['max_over_mean']:>8.2f} {_pending_cell(p.get('pending')):>12}")
+                         f"{p['lookups_per_s']:>12,.0f} {p['futexes']:>7} {touched:>7} "
+                         f"{mom:>8} {_pending_cell(p.get('pending')):>12}")
         if len(procs) > TOP:
             lines.append(f"  ... {len(procs) - TOP} more processes")
+        if any(p["buckets_touched"] is None for p in procs[:TOP]):
+            lines.append(f"  BUCKETS, MAX/MEAN {BUCKET_NOT_VISIBLE}")
     return lines
 
 
