@@ -14,7 +14,7 @@ from futextrace.analysis import whatif
 from futextrace.analysis.atomic import atomic_text, installed_text, process_cost
 from futextrace.analysis.history import at_attach_text
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
-from futextrace.kernel.sizing import auto_buckets, threads_before_clone
+from futextrace.kernel.sizing import auto_buckets, next_automatic, threads_before_clone
 from futextrace.output.render import MIN_HIST_LOOKUPS
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 
@@ -92,6 +92,28 @@ class _State:
         self.custom = state["mode"] == "custom"
         self.global_chosen = state["kind"] == "global" and self.custom
         self.pending = (state.get("pending") or {}).get("buckets")
+
+
+def why_size(st: "_State", k: dict) -> str | None:
+    """For an automatic hash: what the formula allows on this machine, and at which
+    thread and CPU count the next size would come (on 2 CPUs: 16 whatever the threads)."""
+    n, online, gsize = st.buckets, k["online_cpus"], k["global_size"]
+    if not n or st.custom or not (online and gsize):
+        return None
+    nxt = next_automatic(n, online, gsize)
+    if nxt is None:
+        return (f"{n} is the global hash size per node, the formula's ceiling: no automatic resize "
+                "makes it bigger (only prctl(SET_SLOTS) can)")
+    step = (f"the next size, {nxt['buckets']}, needs min(threads, online CPUs) ≥ {nxt['needs']}: a clone "
+            f"made while the process has at least {nxt['needs']} threads")
+    if n > nxt["ceiling_here"]:
+        return (f"with {online} online CPUs the formula gives at most {nxt['ceiling_here']}: {n} was sized while "
+                f"more CPUs were online (the hash never shrinks); {step} and {nxt['needs']} online CPUs")
+    if nxt["needs"] > online:
+        return (f"with {online} online CPUs the automatic size stops at {nxt['ceiling_here']} whatever the "
+                f"thread count (4 × min(threads, {online}) ≤ {4 * online}, rounded up and clamped to at "
+                f"least 16); {step} on a machine with at least {nxt['needs']} online CPUs")
+    return f"{step} ({online} CPUs are online)"
 
 
 def _threads_before(th: dict) -> int:
@@ -300,7 +322,8 @@ def explain_process(pid: int, rec: dict) -> dict:
     return {"pid": pid, "comm": comm, "steps": steps, "lines": group_steps(steps),
             "final": {"buckets": st.buckets, "custom": st.custom, "global_chosen": st.global_chosen,
                       "private": bool(st.buckets), "pending_buckets": st.pending,
-                      "text": _desc(st.buckets, st.custom, st.global_chosen, st.pending)},
+                      "text": _desc(st.buckets, st.custom, st.global_chosen, st.pending),
+                      **({"why_size": why} if (why := why_size(st, k)) else {})},
             "cost": cost, "recommendation": with_avoided_cost(recommend(pid, rec, st), cost, st)}
 
 
@@ -513,6 +536,8 @@ def render(expl: dict, verbose: bool = False) -> str:
     for p in expl["processes"]:
         out.append("")
         out.append(f"PID {p['pid']} {p['comm']}: now {p['final']['text']}")
+        if p["final"].get("why_size"):
+            out.append(f"  why {p['final']['buckets']}: {p['final']['why_size']}")
         lines = p["steps"] if verbose else p.get("lines") or p["steps"]
         out += [f"  - {s['text']}" for s in lines]
         if p.get("cost"):

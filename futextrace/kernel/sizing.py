@@ -25,3 +25,15 @@ def threads_before_clone(nr_threads: int, clone_flags: int | None) -> int:
     nr_threads already counts a new thread (CLONE_THREAD); the formula ran
     before it was added."""
     return nr_threads - 1 if (clone_flags or 0) & CLONE_THREAD else nr_threads
+
+
+def next_automatic(buckets: int, online_cpus: int, global_size: int) -> dict | None:
+    """The next size the formula gives after `buckets`, and the fewest threads
+    and online CPUs it needs (min(threads, CPUs) must reach `needs`): None when
+    `buckets` is already the global size, the formula's ceiling."""
+    for m in range(1, global_size + 1):
+        f = auto_buckets(m, m, global_size)
+        if f["buckets"] > buckets:
+            return {"buckets": f["buckets"], "needs": m,
+                    "ceiling_here": auto_buckets(online_cpus, online_cpus, global_size)["buckets"]}
+    return None
