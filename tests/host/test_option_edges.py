@@ -30,6 +30,7 @@ def ft(*args, timeout=300):
     (["explain", "-p", "1", "-d", "nan"], "finite number of seconds above 0"),
     (["snapshot", "-d", "inf"], "finite number of seconds above 0"),
     (["record", "-q", "-d", "1"], "-q drops the text summary, and nothing else was asked for"),
+    (["explain", "-q", "--", "true"], "-q drops the text summary, and nothing else was asked for"),
     (["record", "--no-such-option"], "No such option"),
 ])
 def test_bad_option_is_one_line_exit_2(args, words):
