@@ -115,7 +115,7 @@ def test_cli_plots_and_html(tmp_path):
     r = _cli("report", src, "--plot", out, "--html", page, "-q")
     assert r.returncode == 0, r.stderr
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["buckets.png", "cpu-heatmap.png", "resizes.png"]
+    assert names == ["buckets.png", "cpus.png", "resizes.png"]
     for p in out.iterdir():
         assert p.read_bytes().startswith(PNG) and p.stat().st_size > 10_000
     html = page.read_text()
