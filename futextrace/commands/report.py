@@ -47,7 +47,7 @@ def command(file, plot_dir, html_path, quiet):
             for p in images:
                 click.echo(f"wrote {p}", err=True)
     if html_path:
-        write_html(html_path, f"futextrace report: {Path(file).name}", text, images)
+        write_html(html_path, rec, f"futextrace report: {Path(file).name}", text, images)
         click.echo(f"wrote {html_path}", err=True)
     if images and not plot_dir:
         tmp.cleanup()

@@ -14,6 +14,16 @@ HOT_ADDR = 0x7F00_1234_5000          # the busiest process's hot futex
 BUSY_BUCKETS = 64
 
 
+def _hist(values, buckets: int) -> list[dict]:
+    """log2 histogram rows as the recording has them (unused buckets as 0..0)."""
+    values = list(values)
+    rows = {(0, 0): buckets - len(values)}
+    for v in values:
+        low = 1 << (v.bit_length() - 1)
+        rows[(low, 2 * low - 1)] = rows.get((low, 2 * low - 1), 0) + 1
+    return [{"low": lo, "high": hi, "count": n} for (lo, hi), n in sorted(rows.items())]
+
+
 def _private_hash(addrs: list[tuple[int, int]], buckets: int) -> dict:
     counts: dict[str, int] = {}
     members: dict[int, list[int]] = {}
@@ -28,7 +38,8 @@ def _private_hash(addrs: list[tuple[int, int]], buckets: int) -> dict:
             "collisions": sum(len(m) - 1 for m in members.values()),
             "imbalance": {"buckets": buckets, "used": len(counts), "max": max(counts.values()), "mean": mean,
                           "max_over_mean": max(counts.values()) / mean, "cv": 0.5},
-            "bucket_counts": counts,
+            "bucket_counts": counts, "lookups_per_bucket_hist": _hist(counts.values(), buckets),
+            "futexes_per_bucket_hist": _hist([len(m) for m in members.values()], buckets),
             "hottest": [{"bucket": b, "node": None, "lookups": counts[str(b)], "futexes": len(members[b]),
                          "addresses": [hex(a) for a in members[b][:8]]} for b in hottest],
             "futex_detail": {"complete": True, "futexes_listed": len(addrs), "lookups_listed": total,
@@ -40,7 +51,8 @@ def _global_hash(lookups: int) -> dict:
     return {"kind": "global", "buckets": 512, "lookups": lookups, "distinct_futexes": lookups, "collisions": 0,
             "imbalance": {"buckets": 512, "used": lookups, "max": 1, "mean": lookups / 512,
                           "max_over_mean": 512 / max(1, lookups), "cv": 15.97},
-            "bucket_counts": counts, "hottest": [],
+            "bucket_counts": counts, "hottest": [], "lookups_per_bucket_hist": _hist(counts.values(), 512),
+            "futexes_per_bucket_hist": _hist([], 512),
             "futex_detail": {"complete": False, "futexes_listed": 0, "lookups_listed": 0, "lookups_missed": lookups},
             "estimates": {"distinct_futexes": {"low": 0, "high": lookups}, "collisions": {"low": 0, "high": lookups},
                           "note": "lower bounds"}}
