@@ -1,15 +1,19 @@
 """Pictures of one recording (matplotlib, Agg): the buckets of each busy hash,
-lookups per CPU, the hash size over time. Each function writes one PNG and
-returns its path; the modules plots_buckets, plots_cpus, plots_resizes draw them."""
+lookups per CPU, the hash size over time, lookups/s per process over time, the
+what-if sizing curves. Each function writes one PNG and returns its path; the
+modules plots_buckets, plots_cpus, plots_resizes, plots_rates, plots_whatif draw them."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from futextrace.output.plots_buckets import plot_buckets
 from futextrace.output.plots_cpus import plot_cpus
+from futextrace.output.plots_rates import plot_rates
 from futextrace.output.plots_resizes import _place_labels, plot_resizes
+from futextrace.output.plots_whatif import plot_whatif
 
-__all__ = ["plot_buckets", "plot_cpus", "plot_resizes", "plot_recording", "_place_labels"]
+__all__ = ["plot_buckets", "plot_cpus", "plot_rates", "plot_resizes", "plot_whatif", "plot_recording",
+           "_place_labels"]
 
 # file name → (function, caption for the HTML report)
 PICTURES = {
@@ -22,6 +26,13 @@ PICTURES = {
     "resizes.png": (plot_resizes, "Each process's private hash size over time, from the hash at attach "
                     "through every resize: open triangles where a resize was requested, filled ones "
                     "where the new hash took over (the pivot), red crosses where a request was refused."),
+    "rates.png": (plot_rates, "Lookups per second of the busiest processes over the recording (from the "
+                  "per-interval rates of record -i), with resize requests (dotted) and pivots (dashed)."),
+    "whatif.png": (plot_whatif, "What-if sizing for the busiest process with a per-futex list: futexes "
+                   "sharing a bucket, hot futexes sharing one, and the busiest bucket's share of the lookups "
+                   "for every private hash size, with the current size and the smallest size that keeps every "
+                   "hot futex in a bucket of its own. Exact for the listed addresses; futexes not listed are "
+                   "not in it."),
 }
 
 

@@ -11,7 +11,9 @@ from futextrace.output.plots import _pyplot  # noqa: E402
 from futextrace.output.plots_buckets import figure_buckets  # noqa: E402
 from futextrace.output.plots_common import FOLD_MIN, FOLD_SHARE, MAX_PANELS  # noqa: E402
 from futextrace.output.plots_cpus import figure_cpus  # noqa: E402
+from futextrace.output.plots_rates import figure_rates  # noqa: E402
 from futextrace.output.plots_resizes import figure_resizes  # noqa: E402
+from futextrace.output.plots_whatif import figure_whatif  # noqa: E402
 from tests.unit import synthetic  # noqa: E402
 
 SHAPES = [(1, 2, 0), (5, 2, 1), (40, 128, 3), (5, 128, 0), (40, 2, 1)]
@@ -174,5 +176,53 @@ def test_resizes(procs, resizes):
         else:
             assert "no resize" in ax.get_title()
             assert synthetic.BUSY_BUCKETS in [line.get_ydata()[0] for line in lines]
+    finally:
+        _close(fig)
+
+
+@pytest.mark.parametrize("procs, resizes", [(1, 0), (40, 3)])
+def test_rates(procs, resizes):
+    rec = synthetic.recording(procs, 2, resizes)
+    fig = figure_rates(rec)
+    try:
+        assert_no_overlap(fig)
+        ax = fig.axes[0]
+        assert ax.get_ylim()[0] == 0
+        steps = [line for line in ax.get_lines() if line.get_drawstyle() == "steps-pre"]
+        assert len(steps) == min(procs, MAX_PANELS)
+        busiest = rec["processes"][0]
+        line = next(s for s in steps if s.get_label() == f"{busiest['comm']} ({busiest['pid']})")
+        assert line.get_ydata()[-1] == pytest.approx(busiest["lookups"] / rec["duration_s"])
+        marks = [v for v in ax.get_lines() if v.get_linestyle() in (":", "--")]
+        assert len(marks) == 2 * resizes          # a request and a pivot per successful resize
+    finally:
+        _close(fig)
+    rec["intervals"] = []
+    fig = figure_rates(rec)
+    try:
+        assert "record with -i" in " ".join(t for t, _ in _texts(fig))
+    finally:
+        _close(fig)
+
+
+def test_whatif_curve_marks_current_and_recommended():
+    """The recommended size is the smallest where the hot futex shares no bucket,
+    worked out here with the tests' own jhash2."""
+    rec = synthetic.recording(1, 2, 0)
+    fig = figure_whatif(rec)
+    try:
+        assert_no_overlap(fig)
+        listed = rec["processes"][0]["futex_list"]["listed"]
+        addrs = [int(f["uaddr"], 16) for f in listed]
+
+        def hot_alone(size):
+            b = synthetic.ref.private_bucket(synthetic.HOT_ADDR, size - 1)
+            return sum(1 for a in addrs if synthetic.ref.private_bucket(a, size - 1) == b) == 1
+        best = next(1 << s for s in range(4, 18) if hot_alone(1 << s))
+        shared = fig.axes[0]
+        vlines = {line.get_label() for line in shared.get_lines()}
+        assert f"current: {synthetic.BUSY_BUCKETS} buckets" in vlines
+        assert f"smallest with no hot futex sharing: {best}" in vlines
+        assert shared.get_ylim()[0] == 0 and fig.axes[1].get_ylim()[0] == 0
     finally:
         _close(fig)
