@@ -70,7 +70,11 @@ def _lines(rec: dict) -> dict[int, tuple[list[float], list[int], list[dict]]]:
     for pid in pids:
         rs = sorted(by_pid.get(pid, []), key=lambda r: r["pivot_t"] if r.get("pivot_t") is not None else r["t"])
         start = _start(rec, pid, rs)
-        xs, ys = ([0.0], [start]) if start is not None else ([seen[pid][0]], [seen[pid][1]])
+        # not known at attach: the line starts where the process was first seen, not at 0
+        at_attach = str(pid) in attach
+        first = min(([seen[pid][0]] if pid in seen else []) + [r["t"] for r in rs[:1]], default=0.0)
+        x0 = 0.0 if at_attach else first
+        xs, ys = ([x0], [start]) if start is not None else ([seen[pid][0]], [seen[pid][1]])
         for r in rs:
             if r.get("result") == 0 and r.get("pivot_t") is not None and r.get("new_buckets") is not None:
                 xs.append(r["pivot_t"])

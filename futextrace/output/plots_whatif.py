@@ -4,11 +4,12 @@ lookups against 16 … 131072 buckets, the current size and the smallest size
 that keeps every hot futex in a bucket of its own marked."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from futextrace.analysis import whatif
 from futextrace.output.plots import _pyplot
-from futextrace.output.plots_common import pid_names, pow2_label, save, who
+from futextrace.output.plots_common import FOOTNOTE_CHARS, pid_names, pow2_label, save, who
 
 
 def _subject(rec: dict) -> tuple[dict, dict, int] | None:
@@ -66,8 +67,14 @@ def figure_whatif(rec: dict):
     busiest.xaxis.set_major_formatter(FuncFormatter(pow2_label))
     busiest.set_xlabel("private hash buckets (PR_FUTEX_HASH_SET_SLOTS)")
     names = pid_names(rec)
-    fig.suptitle(f"What-if sizing for {who(names, p['pid'])}: {table['futexes']:,} listed futexes, "
-                 f"{table['lookups']:,} lookups", fontweight="bold")
-    if table["notes"]:
-        fig.supxlabel("partial: " + "; ".join(table["notes"]), fontsize=8, x=0.01, ha="left", color="0.25")
+    fig.suptitle(f"What-if sizing for {who(names, p['pid'])}: {table['futexes']:,} listed futexes "
+                 f"holding {table['lookups']:,} of its {p.get('lookups', 0):,} lookups", fontweight="bold")
+    notes = list(table["notes"])
+    if table["lookups"] < p.get("lookups", 0):
+        notes.append("futexes whose lookups the per-futex list missed are not in these curves")
+    if not table["hot"]:
+        notes.append(f"no hot futex ({table['hot_rule']}): no size stands out")
+    if notes:
+        fig.supxlabel("\n".join(textwrap.wrap("Partial: " + "; ".join(notes), FOOTNOTE_CHARS)),
+                      fontsize=8, x=0.01, ha="left", color="0.25")
     return fig

@@ -226,3 +226,14 @@ def test_whatif_curve_marks_current_and_recommended():
         assert shared.get_ylim()[0] == 0 and fig.axes[1].get_ylim()[0] == 0
     finally:
         _close(fig)
+
+
+def test_resizes_line_starts_where_a_process_not_known_at_attach_was_first_seen():
+    rec = synthetic.recording(1, 2, 1)
+    del rec["hash_at_attach"]["processes"]["1000"]
+    fig = figure_resizes(rec)
+    try:
+        line = next(v for v in fig.axes[0].get_lines() if v.get_drawstyle() == "steps-post")
+        assert line.get_xdata()[0] == rec["resizes"][0]["t"] > 0
+    finally:
+        _close(fig)
