@@ -12,7 +12,7 @@ EXAMPLES = """\b
 Examples:
   futextrace record --json run.json -q -- ./myservice
   futextrace report run.json                      # the text summary again
-  futextrace report run.json --plot plots/        # bucket distribution, heat map, resizes
+  futextrace report run.json --plot plots/        # buckets, CPUs, resizes, rates, what-if
   futextrace report run.json --html run.html      # one self-contained page
 """
 
