@@ -131,7 +131,8 @@ def _unchanged_groups(lines: dict, pids: list[int], names: dict) -> list[tuple[i
     for size, group in sorted(by_size.items()):
         shown = ", ".join(who(names, p) for p in group[:2])
         more = f" and {len(group) - 2} more" if len(group) > 2 else ""
-        out.append((size, f"{shown}{more}: {'global hash' if size == 0 else f'{size} buckets'}, unchanged"))
+        # two lines: a long legend entry would squeeze the axes
+        out.append((size, f"{shown}{more}:\n{'global hash' if size == 0 else f'{size} buckets'}, unchanged"))
     return out
 
 
