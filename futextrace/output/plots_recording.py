@@ -8,11 +8,12 @@ from pathlib import Path
 
 from futextrace.output.plots_buckets import plot_buckets
 from futextrace.output.plots_cpus import plot_cpus
+from futextrace.output.plots_heatmap import plot_heatmap
 from futextrace.output.plots_rates import plot_rates
 from futextrace.output.plots_resizes import _place_labels, plot_resizes
 from futextrace.output.plots_whatif import plot_whatif
 
-__all__ = ["plot_buckets", "plot_cpus", "plot_rates", "plot_resizes", "plot_whatif", "plot_recording",
+__all__ = ["plot_buckets", "plot_cpus", "plot_heatmap", "plot_rates", "plot_resizes", "plot_whatif", "plot_recording",
            "_place_labels"]
 
 # file name → (function, caption for the HTML report)
@@ -28,6 +29,10 @@ PICTURES = {
                     "where the new hash took over (the pivot), red crosses where a request was refused."),
     "rates.png": (plot_rates, "Lookups per second of the busiest processes over the recording (from the "
                   "per-interval rates of record -i), with resize requests (dotted) and pivots (dashed)."),
+    "bucket-time.png": (plot_heatmap, "Lookups per bucket over time for the busiest process (record -i): one "
+                        "column per interval, one row per bucket of its busiest hash, darker for more lookups per "
+                        "second, "
+                        "white for none. A dark row is a hot bucket; dashed lines are resizes taking effect."),
     "whatif.png": (plot_whatif, "What-if sizing for the busiest process with a per-futex list: futexes "
                    "sharing a bucket, hot futexes sharing one, and the busiest bucket's share of the lookups "
                    "for every private hash size, with the current size and the smallest size that keeps every "

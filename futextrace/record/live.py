@@ -52,9 +52,10 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
         h["lookups"] += delta
         h["futexes"] += 1
         h["buckets"][bucket] = h["buckets"].get(bucket, 0) + delta
-    rows = []
+    rows, per_bucket = [], {}
     for tgid, p in per.items():
         (kind, mask), h = max(p["hashes"].items(), key=lambda kv: kv[1]["lookups"])
+        per_bucket[tgid] = h["buckets"]
         total = sum(x["lookups"] for x in p["hashes"].values())
         counts = list(h["buckets"].values())
         name = KIND_NAMES.get(kind, str(kind))
@@ -66,7 +67,24 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
             "max_over_mean": max(counts) / (sum(counts) / len(counts)) if counts else 0.0,
         })
     rows.sort(key=lambda r: -r["lookups"])
+    _with_bucket_counts(rows, per_bucket)
     return rows
+
+
+BUCKET_ROWS = 3           # interval bucket counts for the busiest processes only...
+BUCKET_ROWS_MAX = 4096    # ...and only up to this many touched buckets: the lines stay small
+
+
+def _with_bucket_counts(rows: list[dict], per_bucket: dict[int, dict]) -> None:
+    """The busiest processes' lookups per bucket of their main hash over the
+    interval (from the exact counts: keys (node, bucket); for the bucket × time
+    picture). Read in user space from the map the interval reads anyway."""
+    for r in rows[:BUCKET_ROWS]:
+        counts = per_bucket.get(r["pid"]) or {}
+        if not counts or len(counts) > BUCKET_ROWS_MAX or not all(isinstance(b, tuple) for b in counts):
+            continue
+        r["bucket_counts"] = {(str(b) if node is None or node < 0 else f"{node}:{b}"): n
+                              for (node, b), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1]))}
 
 
 def with_hash_state(rows: list[dict], tl: dict) -> None:

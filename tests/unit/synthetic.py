@@ -140,6 +140,11 @@ def _intervals(procs: list[dict], duration: float, step: float = 0.5) -> list[di
         out.append({"t": round(t, 3), "interval_s": step, "lookups": 0, "private": 0, "global": 0,
                     "unattributed": 0, "lost_events": 0, "missed_runs": 0, "resizes": 0,
                     "processes": [{"pid": p["pid"], "comm": p["comm"], "lookups": int(p["lookups"] * step / duration),
-                                   "lookups_per_s": p["lookups"] / duration} for p in procs]})
+                                   "lookups_per_s": p["lookups"] / duration,
+                                   "hash": f"private {p['hashes'][0]['buckets']}",
+                                   **({"bucket_counts": {k: max(1, int(n * step / duration))
+                                                         for k, n in p["hashes"][0]["bucket_counts"].items()}}
+                                      if i < 3 else {})}
+                                  for i, p in enumerate(procs)]})
         t += step
     return out

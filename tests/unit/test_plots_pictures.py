@@ -11,6 +11,7 @@ from futextrace.output.plots import _pyplot  # noqa: E402
 from futextrace.output.plots_buckets import figure_buckets  # noqa: E402
 from futextrace.output.plots_common import FOLD_MIN, FOLD_SHARE, MAX_PANELS  # noqa: E402
 from futextrace.output.plots_cpus import figure_cpus  # noqa: E402
+from futextrace.output.plots_heatmap import figure_heatmap  # noqa: E402
 from futextrace.output.plots_rates import figure_rates  # noqa: E402
 from futextrace.output.plots_resizes import figure_resizes  # noqa: E402
 from futextrace.output.plots_whatif import figure_whatif  # noqa: E402
@@ -235,5 +236,31 @@ def test_resizes_line_starts_where_a_process_not_known_at_attach_was_first_seen(
     try:
         line = next(v for v in fig.axes[0].get_lines() if v.get_drawstyle() == "steps-post")
         assert line.get_xdata()[0] == rec["resizes"][0]["t"] > 0
+    finally:
+        _close(fig)
+
+
+def test_bucket_time_heat_map():
+    """One column per interval, one row per bucket; the hot futex's bucket (the
+    tests' own jhash2) is the brightest row, its rate per second."""
+    rec = synthetic.recording(5, 2, 1)
+    fig = figure_heatmap(rec)
+    try:
+        assert_no_overlap(fig)
+        ax = fig.axes[0]
+        mesh = ax.collections[0]
+        grid = mesh.get_array().reshape(synthetic.BUSY_BUCKETS, len(rec["intervals"]))
+        hot = synthetic.ref.private_bucket(synthetic.HOT_ADDR, synthetic.BUSY_BUCKETS - 1)
+        step = rec["intervals"][0]["interval_s"]
+        in_hot = rec["processes"][0]["hashes"][0]["bucket_counts"][str(hot)]
+        assert in_hot > 50_000 and grid[hot].max() == pytest.approx(int(in_hot * step / rec["duration_s"]) / step)
+        assert grid.max() == grid[hot].max()
+        assert ax.get_ylim() == (0, synthetic.BUSY_BUCKETS)
+    finally:
+        _close(fig)
+    rec["intervals"] = []
+    fig = figure_heatmap(rec)
+    try:
+        assert "record with -i" in " ".join(t for t, _ in _texts(fig))
     finally:
         _close(fig)

@@ -34,7 +34,7 @@ def test_html_report_in_chromium(tmp_path, procs, cpus, resizes):
     value, errors = browser.render(page.as_uri(), PROBE)
     assert errors == []
     got = json.loads(value)
-    assert len(got["images"]) == 5 and all(i["done"] and i["w"] > 0 for i in got["images"])
+    assert len(got["images"]) == 6 and all(i["done"] and i["w"] > 0 for i in got["images"])
     head = got["header"]
     for fact in ("build-host-7", rec["kernel"]["release"], "tracepoint", "./service --threads 8",
                  rec["started_at"], "5.00 s", f"{rec['totals']['lookups']:,}"):
