@@ -182,10 +182,11 @@ def _panel(rec: dict, names: dict, p: dict, h: dict, ax, strip) -> None:
     ax.grid(axis="y", alpha=0.3)
     if counts:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0,
-                  title="estimate: split scaled" if estimated else None, title_fontsize=7, frameon=False)
+                  title="estimate: split scaled" if estimated and colours else None, title_fontsize=7, frameon=False)
     if split:
         _draw_members(strip, h, split, n_buckets)
-        strip.set_xlabel(f"bucket index ({_futexes_phrase(h)}; red: a bucket shared by listed futexes)",
+        known = "" if h["kind"] == "private" else "; futexes known for the hottest buckets only"
+        strip.set_xlabel(f"bucket index ({_futexes_phrase(h)}; red: a bucket shared by listed futexes{known})",
                          fontsize=8)
     else:
         strip.set_axis_off()
