@@ -87,13 +87,14 @@ def one_run(o: runner.WorkloadOptions, ramp: RampOptions, record_options: dict |
 
 def run(o: runner.WorkloadOptions, ramp: RampOptions, record_options: dict | None = None) -> dict:
     """The automatic run, then the size it reached set at start. With -b N
-    the second run uses N instead."""
+    the second run uses N instead. `--resize-at` belongs to the automatic run
+    only: the set-at-start run is the one without any resize to compare with."""
     ramp.validate()
     auto = one_run(replace(o, buckets=runner.AUTO), ramp, record_options)
     size = o.buckets if o.buckets not in (runner.AUTO, runner.GLOBAL) else auto["result"]["slots"]
     runs = [auto]
     if size and size > 0:
-        runs.append(one_run(replace(o, buckets=size), ramp, record_options))
+        runs.append(one_run(replace(o, buckets=size), replace(ramp, resize_at=None), record_options))
     return {"options": {"step_ms": ramp.step_ms, "interval_ms": ramp.interval_ms,
                         "threads": auto["result"]["threads"], "futexes": o.futexes,
                         "runtime": o.runtime, "set_at_start": size or None},
@@ -105,9 +106,21 @@ def _label(run: dict) -> str:
     return "automatic" if b == runner.AUTO else f"{b} set at start"
 
 
+def ramp_warning(run: dict) -> str | None:
+    """The ramp is invisible when every thread had started by the first sample."""
+    points = run["points"]
+    threads = run["result"].get("threads")
+    if not points:
+        return "warning: the run ended before its first sample: no ramp to show (raise --runtime)"
+    if threads and points[0]["threads"] >= threads:
+        return (f"warning: all {threads} threads had started by the first sample (+{points[0]['t']:.3f} s): "
+                "the ramp ends before it is sampled; use a larger --ramp-ms or a smaller --interval-ms")
+    return None
+
+
 def summary(runs: list[dict]) -> list[str]:
     """Lines for the terminal: per run ops/s, resizes, atomic time; then the gap."""
-    lines = []
+    lines = sorted({w for w in map(ramp_warning, runs) if w})
     for r in runs:
         a = r["cost"]["atomic"]
         label = "" if a["source"] == "measured" else " (inferred)"

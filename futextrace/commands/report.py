@@ -12,7 +12,7 @@ EXAMPLES = """\b
 Examples:
   futextrace record --json run.json -q -- ./myservice
   futextrace report run.json                      # the text summary again
-  futextrace report run.json --plot plots/        # bucket distribution, heat map, resizes
+  futextrace report run.json --plot plots/        # buckets, CPUs, resizes, rates, what-if
   futextrace report run.json --html run.html      # one self-contained page
 """
 
@@ -48,7 +48,7 @@ def command(file, plot_dir, html_path, quiet, verbose):
             for p in images:
                 click.echo(f"wrote {p}", err=True)
     if html_path:
-        write_html(html_path, f"futextrace report: {Path(file).name}", text, images)
+        write_html(html_path, rec, f"futextrace report: {Path(file).name}", text, images)
         click.echo(f"wrote {html_path}", err=True)
     if images and not plot_dir:
         tmp.cleanup()

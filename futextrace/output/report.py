@@ -1,8 +1,6 @@
 """`futextrace report`: load a saved recording, render it again, draw it, wrap it in HTML."""
 from __future__ import annotations
 
-import base64
-import html
 import json
 from pathlib import Path
 
@@ -35,24 +33,13 @@ def load_recording(path: str) -> dict:
     return rec
 
 
-def write_html(path: str, title: str, text: str, images: list[Path]) -> None:
-    """One self-contained page: the text report and every image inlined as base64."""
-    figs = []
-    for img in images:
-        b64 = base64.b64encode(img.read_bytes()).decode()
-        figs.append(f'<figure><img alt="{html.escape(img.stem)}" src="data:image/png;base64,{b64}">'
-                    f"<figcaption>{html.escape(img.stem)}</figcaption></figure>")
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
-pre{{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}}
-img{{max-width:100%}} figure{{margin:2em 0}}</style></head>
-<body><h1>{html.escape(title)}</h1>
-{''.join(figs)}
-<h2>Text report</h2><pre>{html.escape(text)}</pre>
-</body></html>
-"""
+def write_html(path: str, rec: dict, title: str, text: str, images: list[Path]) -> None:
+    """One self-contained page (output/report_html.py): header, caveats, the
+    pictures inlined as base64 with captions, tables, the text report."""
+    from futextrace.output.plots_recording import PICTURES
+    from futextrace.output.report_html import page
+    captions = {name: caption for name, (_, caption) in PICTURES.items()}
     try:
-        Path(path).write_text(page)
+        Path(path).write_text(page(rec, title, text, images, captions))
     except OSError as e:
         raise FileProblem(f"cannot write {path}: {e.strerror}")

@@ -14,6 +14,7 @@ Pure Python over plain data, so it is unit-tested on recorded dumps. Input
 """
 from __future__ import annotations
 
+import platform
 import statistics
 from collections import defaultdict
 from typing import NamedTuple
@@ -300,6 +301,7 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
     rec = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,
+        "host": platform.node(),
         "totals": {**_totals(counters, raw, duration_s),
                    "futex_list": _futex_list(raw, counters, brows, futexes)},
         "processes": _processes(brows, futexes, comms or {}, global_buckets),

@@ -52,9 +52,10 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
         h["lookups"] += delta
         h["futexes"] += 1
         h["buckets"][bucket] = h["buckets"].get(bucket, 0) + delta
-    rows = []
+    rows, per_bucket = [], {}
     for tgid, p in per.items():
         (kind, mask), h = max(p["hashes"].items(), key=lambda kv: kv[1]["lookups"])
+        per_bucket[tgid] = h["buckets"]
         total = sum(x["lookups"] for x in p["hashes"].values())
         counts = list(h["buckets"].values())
         name = KIND_NAMES.get(kind, str(kind))
@@ -71,6 +72,7 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
             row.update(buckets_touched=None, max_over_mean=None, buckets_unknown=BUCKET_NOT_VISIBLE)
         rows.append(row)
     rows.sort(key=lambda r: -r["lookups"])
+    _with_bucket_counts(rows, per_bucket)
     return rows
 
 
@@ -78,6 +80,23 @@ def _not_visible(bucket) -> bool:
     """A bucket the recording does not know: UNKNOWN (the futex list's form)
     or (node, UNKNOWN) (the exact counts' form)."""
     return (bucket[1] if isinstance(bucket, tuple) else bucket) == UNKNOWN
+
+
+BUCKET_ROWS = 3           # interval bucket counts for the busiest processes only...
+BUCKET_ROWS_MAX = 4096    # ...and only up to this many touched buckets: the lines stay small
+
+
+def _with_bucket_counts(rows: list[dict], per_bucket: dict[int, dict]) -> None:
+    """The busiest processes' lookups per bucket of their main hash over the
+    interval (from the exact counts: keys (node, bucket); for the bucket × time
+    picture). Read in user space from the map the interval reads anyway."""
+    for r in rows[:BUCKET_ROWS]:
+        counts = per_bucket.get(r["pid"]) or {}
+        if (not counts or len(counts) > BUCKET_ROWS_MAX or r.get("buckets_unknown")
+                or not all(isinstance(b, tuple) for b in counts)):
+            continue
+        r["bucket_counts"] = {(str(b) if node is None or node < 0 else f"{node}:{b}"): n
+                              for (node, b), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1]))}
 
 
 def with_hash_state(rows: list[dict], tl: dict) -> None:

@@ -102,7 +102,10 @@ def test_ramp_starts_threads_one_by_one(ramp_doc):
         assert all(p["ops_per_s"] >= 0 for p in run["points"]) and sum(p["ops_per_s"] for p in run["points"]) > 0
         # the recording saw the workload's thread births in the same order
         births = [t for t in run["recording"]["threads"] if t["pid"] == run["result"]["pid"] and t["event"] == "new"]
-        assert len(births) == THREADS + 1       # the workers and the resize thread
+        # the workers, and the resize thread in the automatic run only (--resize-at is its own)
+        assert len(births) == THREADS + (run["buckets_requested"] == -1)
+    assert doc["runs"][1]["mid_run_resize"] is None
+    assert not [r for r in doc["runs"][1]["resizes"] if r["t"] > doc["runs"][1]["t_start"] + 0.01]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     last = doc["summary"][-1]
     assert last.startswith(("setting 64 at start would have avoided", "the run with 64 set at start spent")), last

@@ -115,12 +115,12 @@ def test_cli_plots_and_html(tmp_path):
     r = _cli("report", src, "--plot", out, "--html", page, "-q")
     assert r.returncode == 0, r.stderr
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["buckets.png", "cpu-heatmap.png", "resizes.png"]
+    assert names == ["bucket-time.png", "buckets.png", "cpus.png", "rates.png", "resizes.png", "whatif.png"]
     for p in out.iterdir():
         assert p.read_bytes().startswith(PNG) and p.stat().st_size > 10_000
     html = page.read_text()
     imgs = html.count('src="data:image/png;base64,')
-    assert imgs == 3 and "Lookups:" in html and "<script" not in html
+    assert imgs == 6 and "Lookups:" in html and "<script" not in html
     first = html.split('src="data:image/png;base64,', 1)[1].split('"', 1)[0]
     assert base64.b64decode(first).startswith(PNG)
 
