@@ -52,7 +52,5 @@ img{{max-width:100%}} figure{{margin:2em 0}}</style></head>
 <h2>Text report</h2><pre>{html.escape(text)}</pre>
 </body></html>
 """
-    try:
-        Path(path).write_text(page)
-    except OSError as e:
-        raise FileProblem(f"cannot write {path}: {e.strerror}")
+    from futextrace.output.jsonio import write_file
+    write_file(path, page)   # beside, then renamed: a failed write leaves the old page
