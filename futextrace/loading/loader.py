@@ -240,18 +240,24 @@ class Program:
             self.probes = self._attach_syscall_hooks(BPF) + [
                 "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
         else:
-            from futextrace.loading.kprobes import attach_kprobes
-            stamps: dict = {}
-            try:
-                self._prepare()
-                self.probes = attach_kprobes(self._bpf, model, method, stamps)
-            except Exception:
-                self.close()
-                raise
-            self.counting_from, self._hot_kprobe = stamps.get("counting"), stamps.get("event")
+            self.probes = self._attach_kprobes(model, method)
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
             self.counting_from = (t1_ns, time.monotonic_ns())
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
+
+    def _attach_kprobes(self, model, method: str) -> list[str]:
+        """The kprobe method's probes, futex_hash's return (where lookups are
+        counted) last and timed (counting_from)."""
+        from futextrace.loading.kprobes import attach_kprobes
+        stamps: dict = {}
+        try:
+            self._prepare()
+            probes = attach_kprobes(self._bpf, model, method, stamps)
+        except Exception:
+            self.close()
+            raise
+        self.counting_from, self._hot_kprobe = stamps.get("counting"), stamps.get("event")
+        return probes
 
     def _attach_syscall_hooks(self, BPF) -> list[str]:
         """sys_enter as a BTF tracepoint where the kernel takes it (plain loads
