@@ -200,9 +200,8 @@ class Recorder:
             next_tick = start + self.opts.interval if self.opts.interval else None
             while not self._stop:
                 now = time.monotonic()
-                if end is not None and now >= end:
-                    break
-                if next_tick and now >= next_tick:
+                # A tick due at the end still gets its row (-d 2 -i 1: two rows).
+                if next_tick and now >= next_tick and (end is None or next_tick <= end + 1e-9):
                     try:
                         self._interval_report()
                     except FileProblem as e:   # keep what was recorded: end the run here
@@ -210,6 +209,8 @@ class Recorder:
                         break
                     next_tick += self.opts.interval
                     continue
+                if end is not None and now >= end:
+                    break
                 if until is not None and until():
                     break
                 # Wake for the end or the next tick, not up to POLL_MS after it.
