@@ -51,15 +51,22 @@ def test_first_scrape_after_exit_has_the_final_count(exporter, prometheus):
     assert wait_until(lambda: any(t > exited + 2.5 for t, _ in samples(prometheus, series)),
                       timeout=30 * SLOW), f"no sample after the exit: {samples(prometheus, series)}"
     got = samples(prometheus, series)
-    scrapes = sorted(t for t, _ in samples(prometheus, 'up{job="futextrace"}') if t > exited)
-    first = scrapes[0]                  # Prometheus' first scrape after the exit
+    # Prometheus' first successful scrape after the exit (up 0: the scrape itself
+    # failed, e.g. timed out on a starved host, and stored nothing).
+    first = min(t for t, v in samples(prometheus, 'up{job="futextrace"}') if t > exited and v == 1)
     final = max(v for _, v in got)
     # Its own count: 2 threads x 8 futexes x 20000 ops, libc's few own lookups on top.
     assert wl["total_ops"] == 2 * 8 * 20000 and wl["total_ops"] <= final < wl["total_ops"] + 16
     age = dict(samples(prometheus, 'futextrace_exporter_read_age_seconds{job="futextrace"}'))
-    assert dict(got).get(first) == final, (
+    # Fresh: the final count. Or, only where the read exceeded its budget, a read
+    # from before the exit that says so: its age reaches back past the exit.
+    fresh = dict(got).get(first) == final
+    said = age.get(first) is not None and age[first] >= first - exited
+    assert fresh or said, (
         f"the first scrape, {first - exited:.2f} s after the exit, had {dict(got).get(first)} "
         f"(final {final}; read age then {age.get(first)}): {got}")
+    if not fresh:
+        print(f"over budget: the first scrape after the exit served a read {age[first]:.2f} s old")
 
 
 def test_exporters_own_pid_has_no_series(exporter, prometheus):
