@@ -31,13 +31,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import FT, limit, needs_bpf, needs_private_hash
+from tests.host.conftest import FT, in_vm_guest, limit, needs_bpf, needs_private_hash
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 
 PERIOD_US = 1000          # 1000 calls a second
 SLACK = 2                 # a call preempted between its stamp and its syscall, at each edge
-BRACKET_MAX_NS = 50_000_000   # an attach or detach taking longer than 50 ms is a defect here
+# An attach or detach taking longer than 50 ms is a defect on a real CPU; -d 1
+# may overshoot by a poll's wake-up and the detach. Single-threaded QEMU/TCG
+# guests (tests/vm) run everything 10x slower or worse (conftest.limit).
+SLOW = 10 if in_vm_guest() else 1
+BRACKET_MAX_NS = 50_000_000 * SLOW
+OVERSHOOT_S = 0.15 * SLOW
 
 STEADY_C = r"""
 #define _GNU_SOURCE
@@ -142,7 +147,7 @@ def check(rec: dict, pid: int, log: Path, want_s: float | None, ran_from_start: 
     assert rec["duration_s"] == pytest.approx((mid(w["end_ns"]) - mid(w["start_ns"])) / 1e9, abs=1e-6)
     assert rec["monotonic_start_ns"] == pytest.approx(mid(w["start_ns"]), abs=1)
     if want_s is not None:   # -d 1 counts for 1 s, not 1 s plus the start-up
-        assert want_s <= rec["duration_s"] < want_s + 0.15, rec["duration_s"]
+        assert want_s <= rec["duration_s"] < want_s + OVERSHOOT_S, rec["duration_s"]
     # The workload really ran (a launched command only from its exec on).
     assert sure > (0.5 * rec["duration_s"] * 1e6 / PERIOD_US if ran_from_start else 100), what
 
@@ -205,7 +210,7 @@ def test_first_interval(steady, load, tmp_path):
     what = f"first row {recorded}, the workload's own log: {sure}..{possible}; row {first}"
     assert sure <= recorded <= possible, what
     assert possible - sure <= SLACK + 2 + first["read_s"] * 1e6 / PERIOD_US, what
-    assert 0.5 <= first["t"] < 0.5 + 0.3, first   # the tick is 0.5 s after the attach
+    assert 0.5 <= first["t"] < 0.5 + 0.3 * SLOW, first   # the tick is 0.5 s after the attach
 
 
 def test_ctrl_c_window(steady, tmp_path):
