@@ -210,7 +210,9 @@ def test_first_interval(steady, load, tmp_path):
     what = f"first row {recorded}, the workload's own log: {sure}..{possible}; row {first}"
     assert sure <= recorded <= possible, what
     assert possible - sure <= SLACK + 2 + first["read_s"] * 1e6 / PERIOD_US, what
-    assert 0.5 <= first["t"] < 0.5 + 0.3 * SLOW, first   # the tick is 0.5 s after the attach
+    # The tick is 0.5 s after the attach, never before; a starved poll loop may
+    # wake late (the row then says so in t and interval_s, as checked above).
+    assert 0.5 <= first["t"] < 1.0 + 0.5 * (SLOW - 1), first
 
 
 def test_ctrl_c_window(steady, tmp_path):
