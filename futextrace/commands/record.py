@@ -84,6 +84,8 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     output_error = rec.pop("output_error", None)
     _say_command_status(rec.get("command"))
     try:
+        if jsonl:
+            jsonl.close()   # complete: in place even with no interval line
         if json_out:
             json_out.write_json(rec)
         if text_wanted(json_path, quiet):   # `--json -` stays parseable

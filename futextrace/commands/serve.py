@@ -32,18 +32,28 @@ SIGINT/SIGTERM/SIGHUP detach everything and exit 0.
               help="processes with their own series; the rest are summed in comm=\"other\"")
 @click.option("--grace", "grace_s", type=click.FloatRange(0), default=120.0, show_default=True,
               help="seconds an exited process's series is still served")
-@click.option("--min-interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
+@click.option("--min-interval", type=click.FloatRange(0.1), default=0.5, show_default=True,
               help="read the kernel maps at most once per this many seconds, and never more "
-                   "often than 10 times the last read took (scrapes in between get the last read)")
+                   "often than 5 times the CPU the last read took (scrapes in between get the last "
+                   "read); each scrape further apart gets a read of its own")
+@click.option("--read-budget", type=click.FloatRange(0.01), default=0.5, show_default=True,
+              help="seconds a scrape waits for its read; a slower read goes on in the background "
+                   "and the scrape gets the last complete read (futextrace_exporter_read_age_seconds "
+                   "says how old)")
+@click.option("--include-self", is_flag=True,
+              help="give the exporter's own lookups (its pid) a series too; by default they are left "
+                   "out of the per-process series, as BCC tools leave out their own pid")
 @click.option("--method", type=click.Choice(["auto", "fentry", "kprobe", "tracepoint"]), default="auto",
               show_default=True)
 @click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=None,
               help="distinct futexes kept (see `futextrace record --help`)")
-def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, method, max_futexes):
+def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, read_budget,
+            include_self, method, max_futexes):
     """Serve futex hash metrics for Prometheus on /metrics.
 
     Attaches once (like `record`, with the same filters) and reads the kernel
-    maps when scraped, never per event. Runs until SIGINT/SIGTERM/SIGHUP."""
+    maps when scraped (each scrape gets a read of its own, within --read-budget),
+    never per event. Runs until SIGINT/SIGTERM/SIGHUP."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.process_collector import ProcessCollector
 
@@ -64,7 +74,8 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
         rec = ServeRecorder(RecordOptions(pids=list(pids), comms=list(comms), cgroups=list(cgroups),
                                      method=method, max_futexes=max_futexes, announce=False))
         rec.start()
-        collector = FutexCollector(rec, max_processes, grace_s, min_interval)
+        collector = FutexCollector(rec, max_processes, grace_s, min_interval, budget=read_budget,
+                                   include_self=include_self)
         try:
             registry.register(collector)
             serving = http.serve(httpd)

@@ -1,18 +1,31 @@
 """The prometheus_client Collector: reads the recorder's maps when scraped.
 
-A scrape reads the kernel maps through the Recorder (map dump, then
-build_recording, the same numbers `record` shows) unless the last read is
-younger than the floor, in which case it serves that read again: many
-scrapers, or a scraper gone wild, cannot make the exporter read the maps more
-often. The floor is `min_interval`, or COST_FACTOR times what the last read
-took if that is longer (a full 65536-futex map takes seconds to summarise on a
-small machine), so reading costs at most 1/COST_FACTOR of a CPU. Nothing is
-done per event. After each read, processes gone for the grace period are
-forgotten by the recorder (Retention; serve_recorder.ServeRecorder.forget), so the
-exporter's state follows the live processes, not every process ever seen.
+Prometheus' guidance for exporters: collect synchronously on each scrape. A
+scrape reads the kernel maps through the Recorder (map dump, then the lean
+summary of serve_recorder, the same numbers `record` shows) and answers with
+that read, so a sample is as fresh as its scrape. Two limits:
+
+- the read budget: a scrape waits at most `budget` seconds for its read; a
+  read that takes longer (a full map on a starved CPU) goes on in the
+  background, the scrape gets the last complete read, and the age of what it
+  got is served (futextrace_exporter_read_age_seconds), never hidden;
+- the floor: a scrape closer than the floor to the last read gets that read
+  again, so many scrapers, or a scraper gone wild, cannot make the exporter
+  read the maps more often. The floor is `min_interval`, or COST_FACTOR times
+  the CPU the last read took if that is longer (so reading costs at most
+  1/COST_FACTOR of a CPU); both stay below a 1 s scrape interval for a full
+  65536-futex map (0.08-0.10 s of CPU per read on the build machine).
+
+Nothing is done per event. After each read, processes gone for the grace
+period are forgotten by the recorder (Retention; serve_recorder.ServeRecorder.forget),
+so the exporter's state follows the live processes, not every process ever
+seen. The exporter's own lookups (its pid: Python's locks are futexes) are
+left out of the per-process series unless `include_self`, as BCC's tools
+leave out their own pid; the system-wide counters still count them.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -23,54 +36,66 @@ from futextrace.export.reading import from_recording, result_name
 from futextrace.export.series import HighWater, SeriesBook
 from futextrace.record import targets
 
-COST_FACTOR = 10
+COST_FACTOR = 5
+READ_BUDGET_S = 0.5     # below Prometheus' scrape_timeout even at a 1 s scrape interval
 
 
 class FutexCollector:
     def __init__(self, recorder, max_processes: int, grace_s: float, min_interval: float,
-                 clock=time.monotonic, alive=targets.alive, background: bool = True):
+                 clock=time.monotonic, alive=targets.alive, background: bool = True,
+                 budget: float = READ_BUDGET_S, include_self: bool = False):
         self.recorder = recorder
         self.min_interval = min_interval
         self.clock = clock
         self.alive = alive
-        self.background = background
+        self.background = background     # False: every read on the scrape's thread, whatever it takes
+        self.budget = budget
+        self.own_pid = None if include_self else os.getpid()
         self.book = SeriesBook(max_processes, grace_s)
         self.retention = Retention(grace_s)
         self.folded_resizes: Counter = Counter()   # resizes of forgotten processes
         self.highwater = HighWater()
-        self.stats = {"reads": 0, "errors": 0, "read_s": 0.0, "floor_s": min_interval}
+        self.stats = {"reads": 0, "errors": 0, "read_s": 0.0, "floor_s": min_interval,
+                      "over_budget": 0, "age_s": 0.0}
         self.lock = threading.Lock()       # guards the cached answer and the read in flight
         self.read_lock = threading.Lock()  # one read at a time
         self.started = clock()
-        self.read_at: float | None = None
+        self.read_at: float | None = None  # when the read being served (or in flight) began
+        self.served_at: float | None = None   # when the read being served began
         self.reader: threading.Thread | None = None
         self.cached: list = []
         self.closed = False
 
     def collect(self):
-        """The last read's metrics. A scrape that finds them older than the
-        floor starts a new read in the background and does not wait for it
-        (only the very first scrape waits): a slow read, on a full map or a
-        starved CPU, delays the data, never the scrape."""
+        """This scrape's read, unless the last one is younger than the floor.
+        The scrape waits up to the budget for it (the very first scrape, with
+        nothing to fall back on, waits for it whatever it takes); past the
+        budget it gets the last complete read, its age served with it."""
         with self.lock:
             if self.closed:
                 return iter(())
             now = self.clock()
-            stale = self.read_at is None or now - self.read_at >= self.stats["floor_s"]
-            if stale and not (self.reader and self.reader.is_alive()):
+            in_flight = self.reader if self.reader and self.reader.is_alive() else None
+            if in_flight is None and self.read_at is not None and now - self.read_at < self.stats["floor_s"]:
+                return self._answer(now)
+            reader = in_flight   # a read over its budget still running: wait for it, not a second one
+            if reader is None:
                 self.read_at = now   # claimed: later scrapes do not start another read
-                if self.cached and self.background:
-                    self.reader = threading.Thread(target=self._read, args=(now,), daemon=True,
-                                                   name="futextrace-read")
-                    self.reader.start()
-                    return self._answer()
-            else:
-                return self._answer()
-        self._read(now)
+                if self.background:
+                    reader = self.reader = threading.Thread(target=self._read, args=(now,), daemon=True,
+                                                            name="futextrace-read")
+                    reader.start()
+        if reader is None:
+            self._read(now)
+        else:
+            reader.join(None if not self.cached else self.budget)
+            if reader.is_alive():
+                self.stats["over_budget"] += 1
         with self.lock:
-            return self._answer()
+            return self._answer(self.clock())
 
-    def _answer(self):
+    def _answer(self, now: float):
+        self.stats["age_s"] = 0.0 if self.served_at is None else max(0.0, now - self.served_at)
         return iter(self.cached + exporter_families(self.book, self.stats))
 
     def _read(self, now: float) -> None:
@@ -90,6 +115,7 @@ class FutexCollector:
             t0, cpu0 = time.perf_counter(), time.thread_time()
             rec = self.recorder.recording(now - self.started)
             reading = from_recording(rec)
+            reading.processes.pop(self.own_pid, None)   # not its own series (include_self: kept)
             reading.resizes = dict(Counter(reading.resizes) + self.folded_resizes)
             self._forget_gone(rec, reading, now)
             self.book.update({pid: (p.comm, p.lookups) for pid, p in reading.processes.items()},
@@ -103,6 +129,7 @@ class FutexCollector:
             fams = families(reading, self.book, self.highwater)
         with self.lock:
             self.cached = fams
+            self.served_at = now
 
     def _forget_gone(self, rec: dict, reading, now: float) -> None:
         """Processes gone for the grace period leave the recorder (events,

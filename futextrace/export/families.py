@@ -141,8 +141,16 @@ def exporter_families(book: SeriesBook, stats: dict) -> list:
                                    value=stats.get("errors", 0)))
     out.append(GaugeMetricFamily("futextrace_exporter_map_read_seconds", "Time the last read "
                                  "of the kernel maps took", unit="seconds", value=stats["read_s"]))
+    out.append(GaugeMetricFamily("futextrace_exporter_read_age_seconds", "Age of the read this "
+                                 "scrape got: near 0 when it was read for this scrape; older when "
+                                 "the read exceeded its budget (the last complete read is served) "
+                                 "or the scrape came within the read floor of the last read",
+                                 unit="seconds", value=stats.get("age_s", 0.0)))
+    out.append(CounterMetricFamily("futextrace_exporter_reads_over_budget", "Scrapes whose read "
+                                   "took longer than --read-budget: they got the last complete read",
+                                   value=stats.get("over_budget", 0)))
     out.append(GaugeMetricFamily("futextrace_exporter_read_floor_seconds", "Scrapes closer than "
-                                 "this to the last read get that read again: --min-interval, or 10 "
+                                 "this to the last read get that read again: --min-interval, or 5 "
                                  "times the CPU time the last read took if longer", unit="seconds",
                                  value=stats["floor_s"]))
     return out

@@ -91,10 +91,16 @@ def _symbol(model, ks: Kallsyms | None, func: str) -> str | None:
     return info.symbol if info and info.has_symbol and info.symbol else None
 
 
-def attach_kprobes(bpf, model, method: str) -> list[str]:
+def attach_kprobes(bpf, model, method: str, stamps: dict | None = None) -> list[str]:
+    """Attach PROBES; `stamps` gets "counting": CLOCK_MONOTONIC ns around the
+    attach of the probe that counts lookups (futex_hash's return), and
+    "event": its BCC event name, for Program.stop_counting."""
+    import time
+    stamps = {} if stamps is None else stamps
     attached, missing = [], []
     ks = _kallsyms(model)
-    for func, fn, kind, needed in PROBES:
+    # The probe that counts lookups goes last: the window starts once the rest is in place.
+    for func, fn, kind, needed in sorted(PROBES, key=lambda p: p[1] == "kr_futex_hash"):
         if fn in HB_PRIV_ONLY and not model.bucket_has_priv:
             continue
         sym = _symbol(model, ks, func)
@@ -108,6 +114,11 @@ def attach_kprobes(bpf, model, method: str) -> list[str]:
         try:
             if kind == "entry":
                 bpf.attach_kprobe(event=sym, fn_name=fn)
+            elif fn == "kr_futex_hash":   # where lookups are counted: the window starts here
+                t0 = time.monotonic_ns()
+                bpf.attach_kretprobe(event=sym, fn_name=fn, maxactive=64)
+                stamps["counting"] = (t0, time.monotonic_ns())
+                stamps["event"] = b"r_" + sym.encode().replace(b"+", b"_").replace(b".", b"_")
             else:
                 bpf.attach_kretprobe(event=sym, fn_name=fn, maxactive=64)
         except Exception as e:

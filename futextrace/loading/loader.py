@@ -191,7 +191,7 @@ class Program:
 
     def __init__(self, model, method: str, filters: Filters | None = None,
                  max_futexes: int | None = None, extra_cflags: list[str] | None = None,
-                 exact_prctl: bool = False):
+                 exact_prctl: bool = False, before_counting=None):
         if method not in METHODS:
             raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
         if os.geteuid() != 0:
@@ -217,52 +217,99 @@ class Program:
         self._cflags = cflags
         self._tp_btf_id = _tp_btf_id(model) if method == "tracepoint" else None
         self.timings: dict[str, float] = {}     # seconds: compile (BCC, maps), attach (load, attach)
+        # CLOCK_MONOTONIC ns just before and just after the hook that counts
+        # lookups was attached (counting began in between) and detached
+        # (stop_counting): the recording's window is exactly the counted one.
+        self.counting_from: tuple[int, int] | None = None
+        self.counting_until: tuple[int, int] | None = None
+        self._hot_kprobe: bytes | None = None    # kprobe method: the counting probe's BCC event
+        # Called with the BPF object once its maps are filled, right before the
+        # counting hook attaches (again after a recompile): a filter filled from
+        # user space (--comm's tgids) is complete when counting starts.
+        self._before_counting = before_counting
+        self._prepared = None
         t0 = time.monotonic()
         # Where tp_btf is to be tried, the raw sys_enter hook is compiled out
         # (TP_BTF_ONLY): it took a quarter of the compile time (0.2 of 0.9 s CPU).
         self._bpf = _compile(BPF, method, cflags + (["-DTP_BTF_ONLY"] if self._tp_btf_id is not None else []))
         atexit.register(self.close)
         t1 = time.monotonic()
+        t1_ns = time.monotonic_ns()
         self._fill_filters()
         if method == "tracepoint":
             self.probes = self._attach_syscall_hooks(BPF) + [
                 "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
         else:
-            from futextrace.loading.kprobes import attach_kprobes
-            try:
-                self.probes = attach_kprobes(self._bpf, model, method)
-            except Exception:
-                self.close()
-                raise
+            self.probes = self._attach_kprobes(model, method)
+        if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
+            self.counting_from = (t1_ns, time.monotonic_ns())
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
+
+    def _attach_kprobes(self, model, method: str) -> list[str]:
+        """The kprobe method's probes, futex_hash's return (where lookups are
+        counted) last and timed (counting_from)."""
+        from futextrace.loading.kprobes import attach_kprobes
+        stamps: dict = {}
+        try:
+            self._prepare()
+            probes = attach_kprobes(self._bpf, model, method, stamps)
+        except Exception:
+            self.close()
+            raise
+        self.counting_from, self._hot_kprobe = stamps.get("counting"), stamps.get("event")
+        return probes
 
     def _attach_syscall_hooks(self, BPF) -> list[str]:
         """sys_enter as a BTF tracepoint where the kernel takes it (plain loads
         of the syscall's registers: the cheap path), else as a raw tracepoint;
-        with exact_prctl, prctl's own exit tracepoint for PR_FUTEX_HASH results."""
+        with exact_prctl, prctl's own exit tracepoint for PR_FUTEX_HASH results.
+        Everything is loaded (the tail-called program's verification takes up
+        to a second) before sys_enter, the hook that counts, is attached, last
+        and timed (counting_from)."""
         from futextrace.loading import tpbtf
-        probes = []
+        prog = None
         if self._tp_btf_id is not None:
             try:
-                self._tp_btf.append(tpbtf.attach(self._bpf, "ft_btf_sys_enter", self._tp_btf_id))
-                probes.append("tp_btf:sys_enter")
+                prog = tpbtf.load(self._bpf, "ft_btf_sys_enter", self._tp_btf_id)
             except KernelRefused as e:
-                self.fallback_reason = str(e)
-                self._recompile_with_raw_hook(BPF)
+                return self._fall_back_to_raw(BPF, e)
         try:
-            if not probes:
-                self._bpf.attach_raw_tracepoint(tp=b"sys_enter", fn_name=b"ft_raw_sys_enter")
-                probes.append("raw_tracepoint:sys_enter")
+            if prog is None:
+                self._bpf.load_func(b"ft_raw_sys_enter", BPF.RAW_TRACEPOINT)
             # futex_waitv entries beyond one program's verifier budget: a tail call.
             tpbtf.fill_tail_call(self._bpf, "waitv_progs", "ft_btf_waitv_chunk", "ft_raw_waitv_chunk",
-                                 self._tp_btf_id if probes[0].startswith("tp_btf") else None)
+                                 self._tp_btf_id if prog is not None else None)
+            probes = []
             if self.exact_prctl:
                 self._bpf.attach_tracepoint(tp=b"syscalls:sys_exit_prctl", fn_name=b"ft_tp_sys_exit_prctl")
                 probes.append("tracepoint:syscalls:sys_exit_prctl")
+            self._prepare()
+            t0 = time.monotonic_ns()
+            if prog is None:
+                self._bpf.attach_raw_tracepoint(tp=b"sys_enter", fn_name=b"ft_raw_sys_enter")
+            else:
+                try:
+                    self._tp_btf.append((tpbtf.attach_loaded(prog, "ft_btf_sys_enter"), prog))
+                except KernelRefused as e:
+                    os.close(prog)
+                    return self._fall_back_to_raw(BPF, e)
+            self.counting_from = (t0, time.monotonic_ns())
+            return ["tp_btf:sys_enter" if prog is not None else "raw_tracepoint:sys_enter"] + probes
         except Exception as e:  # BCC raises bare Exceptions
             self.close()
             raise KernelRefused(f"the kernel refused the syscall tracepoints: {str(e).splitlines()[0]}")
-        return probes
+
+    def _prepare(self) -> None:
+        if self._before_counting is not None and self._prepared is not self._bpf:
+            self._before_counting(self._bpf)
+            self._prepared = self._bpf
+
+    def _fall_back_to_raw(self, BPF, why: KernelRefused) -> list[str]:
+        """The kernel refused tp_btf: the raw sys_enter hook instead (recompiled)."""
+        self.fallback_reason = str(why)
+        self._tp_btf_id = None
+        self._recompile_with_raw_hook(BPF)
+        return self._attach_syscall_hooks(BPF)
 
     def _recompile_with_raw_hook(self, BPF) -> None:
         """The kernel refused tp_btf, and the first compile left the raw hook
@@ -295,7 +342,38 @@ class Program:
     def _close_links(self):
         while self._tp_btf:
             for fd in self._tp_btf.pop():
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
+
+    def stop_counting(self) -> tuple[int, int]:
+        """Detach every hook, the one that counts lookups first, and keep the
+        maps and the program fds (their run statistics) for the final read:
+        counts no longer move while they are read. Returns CLOCK_MONOTONIC ns
+        just before and after the counting hook went (also `counting_until`)."""
+        if self.counting_until is not None or self._bpf is None:
+            return self.counting_until or (0, 0)
+        b = self._bpf
+        t0 = time.monotonic_ns()
+        if self._tp_btf and self._tp_btf[0][0] >= 0:
+            link, prog = self._tp_btf[0]
+            os.close(link)
+            self._tp_btf[0] = (-1, prog)
+        elif b"sys_enter" in b.raw_tracepoint_fds:
+            b.detach_raw_tracepoint(b"sys_enter")
+        elif self._hot_kprobe in b.kprobe_fds:
+            b.detach_kprobe_event(self._hot_kprobe)
+        self.counting_until = (t0, time.monotonic_ns())
+        for i, (link, prog) in enumerate(self._tp_btf):
+            if link >= 0:
+                os.close(link)
+                self._tp_btf[i] = (-1, prog)
+        for ev in list(b.kprobe_fds):
+            b.detach_kprobe_event(ev)
+        for tp in list(b.tracepoint_fds):
+            b.detach_tracepoint(tp)
+        for tp in list(b.raw_tracepoint_fds):
+            b.detach_raw_tracepoint(tp)
+        return self.counting_until
 
     def missed_runs(self) -> int:
         """Runs of our programs the kernel skipped because one was already

@@ -27,8 +27,10 @@ def plot_path(path: str) -> Path:
 
 def save_figure(fig, out: Path, **savefig_args) -> Path:
     """Write `fig` to `out` and free it; a write error is a FileProblem."""
-    try:
-        fig.savefig(out, **savefig_args)
+    from futextrace.output.jsonio import replace_with
+    try:   # beside, then renamed: a failed write leaves the old picture
+        replace_with(str(out), lambda f: fig.savefig(f, format=out.suffix[1:].lower() or None,
+                                                     **savefig_args))
     except OSError as e:
         raise FileProblem(f"cannot write {out}: {e.strerror}") from None
     finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from futextrace.record.aggregate import SCHEMA, SCHEMA_VERSION
 from futextrace.errors import FileProblem
-from futextrace.output.jsonio import read_bounded
+from futextrace.output.jsonio import read_bounded, write_file
 
 # Keys render_text() needs; a file without them cannot be rendered.
 REQUIRED = ("method", "totals", "duration_s", "processes", "per_cpu", "per_node", "refcount", "resizes")
@@ -39,7 +39,4 @@ def write_html(path: str, rec: dict, title: str, text: str, images: list[Path]) 
     from futextrace.output.plots_recording import PICTURES
     from futextrace.output.report_html import page
     captions = {name: caption for name, (_, caption) in PICTURES.items()}
-    try:
-        Path(path).write_text(page(rec, title, text, images, captions))
-    except OSError as e:
-        raise FileProblem(f"cannot write {path}: {e.strerror}")
+    write_file(path, page(rec, title, text, images, captions))   # beside, then renamed: a failed write leaves the old page

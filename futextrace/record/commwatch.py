@@ -58,8 +58,9 @@ class CommWatch:
         self._table = table
         for tgid in scan(self.names):
             self._add(tgid)
-        self._thread = threading.Thread(target=self._follow, name="futextrace-comm", daemon=True)
-        self._thread.start()
+        if self._thread is None:   # a second start (the programs compiled again): the new table only
+            self._thread = threading.Thread(target=self._follow, name="futextrace-comm", daemon=True)
+            self._thread.start()
 
     def _add(self, tgid: int) -> None:
         import ctypes as ct

@@ -117,7 +117,10 @@ class Recorder:
         except BaseException:
             state.close()
             raise
-        self.t0_ns = time.monotonic_ns()
+        # t = 0 is when counting began: the middle of the counting hook's attach
+        # (loader.Program.counting_from), not this later moment.
+        lo, hi = self.program.counting_from
+        self.t0_ns = (lo + hi) // 2
         self.attach_state = state.read(self.opts.pids, attachstate.Scope(self.opts.comms, self.opts.cgroups,
                                                                          self.opts.tids))
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -127,18 +130,19 @@ class Recorder:
 
     def _attach(self):
         self._open_comm_watch()
+        # --comm's tgids go into the filter before the counting hook attaches:
+        # its processes are counted from the window's start, like -p targets.
+        fill = (lambda bpf: self.comm_watch.start(bpf["tgid_filter"])) if self.comm_watch else None
         try:
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
-                                   exact_prctl=self.opts.exact_prctl)
+                                   exact_prctl=self.opts.exact_prctl, before_counting=fill)
         except (EnvironmentProblem, KernelRefused) as e:
             if self.opts.method != "auto" or self.method == "tracepoint":
                 raise
             self.method, self.why = "tracepoint", f"the kprobe method failed to load ({e})"
             self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
-                                   exact_prctl=self.opts.exact_prctl)
+                                   exact_prctl=self.opts.exact_prctl, before_counting=fill)
         self.maps = MapReader(self.program)
-        if self.comm_watch:
-            self.comm_watch.start(self.program.bpf["tgid_filter"])
         self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.timings.update(self.program.timings)
         self.compile_cache = self.program.bpf.compile_cache
@@ -190,31 +194,49 @@ class Recorder:
 
     # -- the loop ------------------------------------------------------------
     def run(self, until=None) -> float:
-        """Poll until the duration ends, `until()` says so, or a signal arrives.
-        Returns the recording's duration in seconds."""
+        """Poll until the duration ends, `until()` says so, or a signal arrives;
+        then stop counting (loader.Program.stop_counting) before anything is
+        read. Returns the recording's duration in seconds: the window counted,
+        from the counting hook's attach to its detach, whatever the load."""
         old = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            start = time.monotonic()
+            start = self.t0_ns / 1e9           # counting began here (time.monotonic's clock)
+            end = start + self.opts.duration if self.opts.duration else None
             next_tick = start + self.opts.interval if self.opts.interval else None
             while not self._stop:
-                self.program.bpf.ring_buffer_poll(POLL_MS)
                 now = time.monotonic()
-                if next_tick and now >= next_tick:
+                # A tick due at the end still gets its row (-d 2 -i 1: two rows).
+                if next_tick and now >= next_tick and (end is None or next_tick <= end + 1e-9):
                     try:
-                        self._interval_report(now - start)
+                        self._interval_report()
                     except FileProblem as e:   # keep what was recorded: end the run here
                         self.output_error = str(e)
                         break
                     next_tick += self.opts.interval
-                if self.opts.duration and now - start >= self.opts.duration:
+                    continue
+                if end is not None and now >= end:
                     break
                 if until is not None and until():
                     break
+                # Wake for the end or the next tick, not up to POLL_MS after it.
+                wake = min(t for t in (end, next_tick, now + POLL_MS / 1000) if t is not None)
+                self.program.bpf.ring_buffer_poll(max(1, int((wake - now) * 1000 + 0.999)))
+            self.program.stop_counting()
             self.program.bpf.ring_buffer_poll(0)
-            return time.monotonic() - start
+            return self.window()["duration_ns"] / 1e9
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+
+    def window(self) -> dict:
+        """The counted window (the recording's `window`): CLOCK_MONOTONIC ns
+        bracketing the attach and the detach of the hook that counts."""
+        start, end = self.program.counting_from, self.program.counting_until
+        d = {"clock": "CLOCK_MONOTONIC", "start_ns": list(start), "t0_ns": self.t0_ns}
+        if end is not None:
+            d["end_ns"] = list(end)
+            d["duration_ns"] = (end[0] + end[1]) // 2 - self.t0_ns
+        return d
 
     def counters(self, buckets: list[dict]) -> dict[str, list[int]]:
         return self.maps.counters(buckets)
@@ -232,12 +254,20 @@ class Recorder:
     def dump_futexes(self) -> list[dict]:
         return self.maps.futexes(self.dump_futex_map())
 
-    def _interval_report(self, elapsed: float):
+    def _interval_report(self):
+        """One `-i` row. Its boundary is the middle of the map read (the counts
+        move while it runs; `read_s` says for how long), its t from t = 0, when
+        counting began, so the first interval is as long as the others."""
+        a = time.monotonic_ns()
         futexes, buckets = self.read_maps()
-        row = self.live.row(elapsed, futexes, self.counters(buckets), self.missed_runs(),
+        counters, missed = self.counters(buckets), self.missed_runs()
+        b = time.monotonic_ns()
+        elapsed = ((a + b) // 2 - self.t0_ns) / 1e9
+        row = self.live.row(elapsed, futexes, counters, missed,
                             targets.comm_of, self.comms, buckets, events=self.events,
                             infer_prctl=self._method_facts()["prctl_results"] == "inferred",
                             at_attach=self.attach_state)
+        row["read_s"] = round((b - a) / 1e9, 6)
         self.live.show(row)
 
     def dump(self) -> dict:
@@ -286,6 +316,7 @@ class Recorder:
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
         rec["attach_s"] = self.attach_s
         rec["monotonic_start_ns"] = self.t0_ns   # t = 0: lines up a workload's CLOCK_MONOTONIC stamps
+        rec["window"] = self.window()
         rec["attach_phases_s"] = dict(self.timings)
         rec["compile_cache"] = self.compile_cache
         rec["kernel"]["model_cached"] = self.model_cached

@@ -26,7 +26,7 @@ def test_refused_tp_btf_falls_back_to_a_raw_tracepoint(monkeypatch):
 
     def refuse(*_):
         raise KernelRefused("refused for the test")
-    monkeypatch.setattr(tpbtf, "attach", refuse)
+    monkeypatch.setattr(tpbtf, "attach_loaded", refuse)
     from futextrace.workload.build import workload_path
     with Program(model, "tracepoint", Filters()) as prog:
         assert prog.probes[0] == "raw_tracepoint:sys_enter"

@@ -130,34 +130,58 @@ def test_other_never_goes_backwards_over_scrapes():
 
 
 def test_a_slow_read_raises_the_floor():
-    """A read that takes 0.2 s of CPU: the next one waits 10 times that, not --min-interval."""
+    """A read that takes 0.4 s of CPU: the next one waits COST_FACTOR times that, not --min-interval."""
     import time as _time
+    from futextrace.export.collector import COST_FACTOR
     recording = json.loads((DATA / "recording-tp-64.json").read_text())
-    c, rec, clock, registry = collector_for([recording], min_interval=1.0)
+    c, rec, clock, registry = collector_for([recording], min_interval=0.5)
     slow = rec.recording
 
     def busy(d):
-        end = _time.thread_time() + 0.2
+        end = _time.thread_time() + 0.4
         while _time.thread_time() < end:
             pass
         return slow(d)
     rec.recording = busy
     scrape(registry)
-    clock.t = 1.5
+    assert c.stats["floor_s"] >= COST_FACTOR * 0.4
+    clock.t = COST_FACTOR * 0.4 - 0.1
     scrape(registry)
-    assert rec.reads == 1 and c.stats["floor_s"] >= 2.0
-    clock.t = 2.5
+    assert rec.reads == 1
+    clock.t = COST_FACTOR * 0.4 + 0.1
     scrape(registry)
     assert rec.reads == 2
 
 
-def test_a_scrape_does_not_wait_for_a_read_in_the_background():
+def test_each_scrape_a_second_apart_gets_its_own_read():
+    """Prometheus' guidance: collect on the scrape. Every 1 s scrape reads the
+    maps, and what it answers is that read (age 0)."""
+    first = json.loads((DATA / "recording-tp-64.json").read_text())
+    recs = []
+    for k in range(5):
+        r = copy.deepcopy(first)
+        r["processes"][0]["hashes"][0]["lookups"] += 100 * k
+        recs.append(r)
+    _, rec, clock, registry = collector_for(recs, min_interval=0.5)
+    p = first["processes"][0]
+    key = ("futextrace_lookups_total", frozenset({"pid": str(p["pid"]), "comm": p["comm"],
+                                                  "hash": "private"}.items()))
+    for k in range(5):
+        clock.t = float(k)
+        m = scrape(registry)
+        assert m[key] == p["hashes"][0]["lookups"] + 100 * k
+        assert m[("futextrace_exporter_read_age_seconds", frozenset())] == 0
+    assert rec.reads == 5
+
+
+def test_a_read_over_budget_serves_the_last_read_and_its_age():
     import threading
     import time as _time
     first = json.loads((DATA / "recording-tp-64.json").read_text())
     second = copy.deepcopy(first)
     second["processes"][0]["hashes"][0]["lookups"] += 1000
     c, rec, clock, registry = collector_for([first, second], background=True)
+    c.budget = 0.2
     gate = threading.Event()
     plain = rec.recording
     rec.recording = lambda d: (rec.reads and gate.wait(10), plain(d))[1]   # the second read blocks
@@ -166,12 +190,31 @@ def test_a_scrape_does_not_wait_for_a_read_in_the_background():
     assert scrape(registry)[key] == 16009       # the first scrape waits for the first read
     clock.t = 5.0
     t0 = _time.monotonic()
-    assert scrape(registry)[key] == 16009       # stale: starts a read, answers at once
-    assert _time.monotonic() - t0 < 1 and c.reader.is_alive()
+    m = scrape(registry)                        # its read blocks: the last read after the budget
+    assert 0.2 <= _time.monotonic() - t0 < 2 and c.reader.is_alive()
+    assert m[key] == 16009
+    assert m[("futextrace_exporter_read_age_seconds", frozenset())] == 5.0
+    assert m[("futextrace_exporter_reads_over_budget_total", frozenset())] == 1
     gate.set()
     c.reader.join(5)
-    assert scrape(registry)[key] == 16009 + 1000
+    clock.t = 5.5
+    m = scrape(registry)                        # the finished read, 0.5 s old: within the floor
+    assert m[key] == 16009 + 1000
+    assert m[("futextrace_exporter_read_age_seconds", frozenset())] == 0.5
     assert rec.reads == 2
+
+
+def test_the_exporters_own_pid_has_no_series_unless_asked():
+    import os
+    recording = copy.deepcopy(json.loads((DATA / "recording-tp-64.json").read_text()))
+    own = copy.deepcopy(recording["processes"][0])
+    own["pid"], own["comm"] = os.getpid(), "futextrace"
+    recording["processes"].append(own)
+    for include, present in ((False, False), (True, True)):
+        c, _, _, registry = collector_for([recording])
+        c.own_pid = os.getpid() if not include else None
+        pids = {dict(l).get("pid") for (n, l) in scrape(registry) if n == "futextrace_lookups_total"}
+        assert (str(os.getpid()) in pids) == present, pids
 
 
 def test_a_failed_read_keeps_the_last_one_and_is_counted(capsys):
