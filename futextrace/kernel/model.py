@@ -302,23 +302,23 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
             ids = btf.ids_named(f"btf_trace_{tp}")
             if ids:
                 tp_btf_ids[tp] = ids[0]
-    iter_btf_ids = {}
-    if live and btf_path is None:
-        for target in ITERATORS:
-            funcs = [i for i in btf.ids_named(f"bpf_iter_{target}") if btf.get(i).kind == "FUNC"]
-            if funcs:
-                iter_btf_ids[target] = funcs[0]
-    func_btf_ids = {}
-    if live and btf_path is None:
-        for name in FENTRY_FUNCS:
-            funcs = [i for i in btf.ids_named(name) if btf.get(i).kind == "FUNC"]
-            if funcs:
-                func_btf_ids[name] = funcs[0]
+    iter_btf_ids = _func_ids(btf, ITERATORS, "bpf_iter_") if live and btf_path is None else {}
+    func_btf_ids = _func_ids(btf, FENTRY_FUNCS) if live and btf_path is None else {}
 
     return KernelModel(release, btf_path or VMLINUX_BTF, private_hash, mm_layout, hash_returns,
                        offsets["futex_hash_bucket.priv"] is not None, functions, offsets, sizes,
                        gh, data_symbol, topology, clone_rule, clone_src, sym_source, notes,
                        tp_btf_ids, iter_btf_ids, _futex_symbols(ks) if live else {}, func_btf_ids=func_btf_ids)
+
+
+def _func_ids(btf: TypeSource, names: list[str], prefix: str = "") -> dict[str, int]:
+    """name -> BTF id of the FUNC `prefix + name`, for those BTF has."""
+    out = {}
+    for name in names:
+        funcs = [i for i in btf.ids_named(prefix + name) if btf.get(i).kind == "FUNC"]
+        if funcs:
+            out[name] = funcs[0]
+    return out
 
 
 def _futex_symbols(ks: Kallsyms | None) -> dict[str, list]:

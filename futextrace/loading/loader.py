@@ -156,14 +156,17 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
         flags.append("-DFILTER_COMM")
     if filters.tgid_map and filters.exec_comms:
         flags.append("-DCOMM_AT_EXEC")
-    if method != "tracepoint":
-        from futextrace.loading.kprobes import cflags as kprobe_cflags
-        flags += kprobe_cflags(model)
-    if method == "fentry":
-        from futextrace.loading import fentry
-        flags += fentry.cflags(model)
+    flags += _method_cflags(model, method)
     flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
     return flags
+
+
+def _method_cflags(model, method: str) -> list[str]:
+    """The kernel-bucket check's inputs (kprobe and fentry) and fentry's own."""
+    if method == "tracepoint":
+        return []
+    from futextrace.loading import fentry, kprobes
+    return kprobes.cflags(model) + (fentry.cflags(model) if method == "fentry" else [])
 
 
 def source_for(method: str) -> str:
