@@ -17,7 +17,7 @@
 #include "futex_common.h"
 #include "kernel_bucket.h"
 
-/* Tasks inside futex_hash_put(hb) (6.17-7.1 where it is not inlined): the
+/* Tasks inside futex_hash_put(hb), where put_plan is 'marked': the
  * futex_private_hash_put() it calls is the same put, counted once. */
 BPF_TABLE("lru_hash", u32, u8, in_hash_put, 4096);
 
@@ -122,25 +122,31 @@ static __always_inline void count_put(u64 fph)
 		count(fph_state(fph) ? FTC_REF_PUT_ATOMIC : FTC_REF_PUT_PERCPU);
 }
 
-/* fentry futex_hash_put(hb): a put; its fexit ends the nesting mark. */
+/* fentry futex_hash_put(hb): a put. Hooked only where it does not call
+ * futex_private_hash_put (loading/fentry.py put_plan), or, where its text
+ * could not be read (FENTRY_HASH_PUT), with an fexit that ends a mark. */
 int fe_futex_hash_put(u64 *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	if (!task_wanted(id >> 32, (u32)id))
 		return 0;
+#ifdef FENTRY_HASH_PUT
 	u32 tid = id;
 	u8 one = 1;
 	in_hash_put.update(&tid, &one);
+#endif
 	count_put(read_ptr(arg_of(ctx, 0) + OFF_HB_PRIV));
 	return 0;
 }
 
+#ifdef FENTRY_HASH_PUT
 int fx_futex_hash_put(u64 *ctx)
 {
 	u32 tid = bpf_get_current_pid_tgid();
 	in_hash_put.delete(&tid);
 	return 0;
 }
+#endif
 
 /* fentry futex_private_hash_put(fph): a put, unless futex_hash_put (above)
  * already counted it. */

@@ -95,9 +95,58 @@ def refusal(model) -> str | None:
     return why
 
 
+def calls_into(model, caller: str, callee: str) -> bool | None:
+    """Whether `caller`'s text calls or jumps to `callee`'s entry (call, jmp or
+    jcc with a 32-bit displacement; the 16 bytes of padding before a function
+    count as its entry, for call thunks). None when the text cannot be read
+    (no kallsyms addresses, no /proc/kcore)."""
+    from futextrace.kernel.runtimeconst import read_kernel
+    from futextrace.loading.kprobes import _kallsyms, text_range
+    ks = _kallsyms(model)
+    lo, hi = text_range(ks, caller)
+    target, _ = text_range(ks, callee)
+    if not lo or not target or hi - lo > 4096:
+        return None
+    code = read_kernel(lo, hi - lo)
+    return None if code is None else reaches(code, lo, target)
+
+
+def reaches(code: bytes, base: int, target: int) -> bool:
+    """`code`, at kernel address `base`, has a call, jmp or jcc (rel32) landing
+    on `target` or the 16 bytes of padding before it."""
+    for i in range(len(code) - 4):
+        if code[i] in (0xE8, 0xE9):
+            end, rel = i + 5, struct.unpack_from("<i", code, i + 1)[0]
+        elif code[i] == 0x0F and 0x80 <= code[i + 1] <= 0x8F and i + 6 <= len(code):
+            end, rel = i + 6, struct.unpack_from("<i", code, i + 2)[0]
+        else:
+            continue
+        if target - 16 <= base + end + rel <= target:
+            return True
+    return False
+
+
+def put_plan(model) -> str:
+    """How refcount puts are counted once each. 'private': fentry on
+    futex_private_hash_put alone, because futex_hash_put calls it (every put
+    passes its entry). 'both': fentry on each, neither reaches the other's
+    entry (one is absent or inlined the other, or calls only its split body).
+    'marked': both, futex_hash_put marking the task for the put it nests
+    (fentry+fexit and a map per put), where its text could not be read."""
+    if not (attachable(model, "futex_hash_put") and attachable(model, "futex_private_hash_put")):
+        return "both"
+    return {True: "private", False: "both", None: "marked"}[calls_into(model, "futex_hash_put",
+                                                                        "futex_private_hash_put")]
+
+
+# Programs each put plan leaves out.
+PLAN_SKIPS = {"private": {"fe_futex_hash_put", "fx_futex_hash_put"}, "both": {"fx_futex_hash_put"},
+              "marked": set()}
+
+
 def cflags(model) -> list[str]:
     # fe_futex_private_hash_put skips the put futex_hash_put already counted.
-    return ["-DFENTRY_HASH_PUT"] if attachable(model, "futex_hash_put") else []
+    return ["-DFENTRY_HASH_PUT"] if put_plan(model) == "marked" else []
 
 
 def attach(bcc, model) -> tuple[list[tuple[int, int]], list[str]]:
@@ -107,8 +156,13 @@ def attach(bcc, model) -> tuple[list[tuple[int, int]], list[str]]:
     raised; an optional one refused is listed as not probed."""
     links: list[tuple[int, int]] = []
     probes, missing = [], []
+    plan = put_plan(model)
+    if plan == "private":
+        probes.append("(futex_hash_put not hooked: it calls futex_private_hash_put, whose hook counts its puts)")
     try:
         for func, fn, kind, needed in PROGRAMS:
+            if fn in PLAN_SKIPS[plan]:
+                continue
             if not attachable(model, func):
                 if needed:
                     raise KernelRefused(f"fexit target {func} is not attachable here (run `futextrace doctor`)")
