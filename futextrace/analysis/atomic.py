@@ -88,7 +88,7 @@ def _pids(rec: dict) -> list[int]:
 
 def process_cost(pid: int, rec: dict) -> dict:
     """Installed hash, pending replacement and atomic time of one process."""
-    measured = rec.get("method", {}).get("name") == "kprobe"
+    measured = rec.get("method", {}).get("name") in ("kprobe", "fentry")   # allocate/pivot hooked
     windows = [{**w, "s": round(w["end_t"] - w["t"], 6)} for w in _windows(pid, rec)]
     spans = _merged_spans(windows)
     private, atomic = _lookups(pid, rec)

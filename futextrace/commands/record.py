@@ -32,10 +32,10 @@ Examples:
 @click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False),
               help="write per-interval JSON lines here ('-' = stdout)")
 @json_option("the recording")
-@click.option("--method", type=click.Choice(["auto", "kprobe", "tracepoint", "fentry"]), default="auto",
+@click.option("--method", type=click.Choice(["auto", "fentry", "kprobe", "tracepoint"]), default="auto",
               show_default=True,
-              help="auto: kprobes where they work, else the tracepoint method (see `futextrace doctor`); "
-                   "fentry is refused: futextrace has no fentry programs")
+              help="auto: fentry/fexit where the kernel loads them (6.17-7.1), else kprobes, else the "
+                   "tracepoint method (see `futextrace doctor`)")
 @click.option("--max-futexes", type=click.IntRange(1024, 1 << 22), default=None,
               help="distinct futexes kept in the per-futex list; beyond that, bucket and process counts "
                    "stay exact and futex counts, distinct futexes and collisions are reported as bounds "

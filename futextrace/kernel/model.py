@@ -66,6 +66,9 @@ for _r in ("di", "si", "dx", "r10", "r8", "r9", "ax", "orig_ax"):
 
 TP_BTF = ["sys_enter"]   # tracepoints the tracepoint method attaches as tp_btf
 ITERATORS = ["task"]     # BPF iterators (BTF func bpf_iter_<name>) snapshot reads
+# Functions the fentry method may attach to (loading/fentry.py): their BTF FUNC ids.
+FENTRY_FUNCS = ["futex_hash", "futex_private_hash", "futex_hash_get", "futex_hash_put",
+                "futex_private_hash_put", "futex_hash_allocate", "__futex_pivot_hash"]
 
 SIZES = ["futex_hash_bucket", "futex_private_hash", "futex_key", "futex_bucket_ref"]
 
@@ -145,6 +148,8 @@ class KernelModel:
     # name -> [type, address, next text symbol's address or 0]. The kprobe method's
     # inputs (global tables, put text ranges) without reading kallsyms again.
     futex_symbols: dict[str, list] = field(default_factory=dict)
+    # BTF ids of the running kernel's FUNCs in FENTRY_FUNCS: fentry/fexit attach points.
+    func_btf_ids: dict[str, int] = field(default_factory=dict)
 
     def probeable(self, name: str) -> bool:
         f = self.functions.get(name)
@@ -297,17 +302,23 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
             ids = btf.ids_named(f"btf_trace_{tp}")
             if ids:
                 tp_btf_ids[tp] = ids[0]
-    iter_btf_ids = {}
-    if live and btf_path is None:
-        for target in ITERATORS:
-            funcs = [i for i in btf.ids_named(f"bpf_iter_{target}") if btf.get(i).kind == "FUNC"]
-            if funcs:
-                iter_btf_ids[target] = funcs[0]
+    iter_btf_ids = _func_ids(btf, ITERATORS, "bpf_iter_") if live and btf_path is None else {}
+    func_btf_ids = _func_ids(btf, FENTRY_FUNCS) if live and btf_path is None else {}
 
     return KernelModel(release, btf_path or VMLINUX_BTF, private_hash, mm_layout, hash_returns,
                        offsets["futex_hash_bucket.priv"] is not None, functions, offsets, sizes,
                        gh, data_symbol, topology, clone_rule, clone_src, sym_source, notes,
-                       tp_btf_ids, iter_btf_ids, _futex_symbols(ks) if live else {})
+                       tp_btf_ids, iter_btf_ids, _futex_symbols(ks) if live else {}, func_btf_ids=func_btf_ids)
+
+
+def _func_ids(btf: TypeSource, names: list[str], prefix: str = "") -> dict[str, int]:
+    """name -> BTF id of the FUNC `prefix + name`, for those BTF has."""
+    out = {}
+    for name in names:
+        funcs = [i for i in btf.ids_named(prefix + name) if btf.get(i).kind == "FUNC"]
+        if funcs:
+            out[name] = funcs[0]
+    return out
 
 
 def _futex_symbols(ks: Kallsyms | None) -> dict[str, list]:

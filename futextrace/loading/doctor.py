@@ -107,8 +107,8 @@ def _bpf_class():
 # third of a second here, tens of seconds under QEMU/TCG), so it runs once.
 # Each hook counts, in its own slot, hits from this process only: "fired"
 # proves our own futex call was seen by that hook.
-HOOK_SLOTS = {"kprobe": 0, "tracepoint": 1, "raw_tracepoint": 2, "tp_btf": 3}
-HOOKS_TEXT = """BPF_ARRAY(hits, u64, 4);
+HOOK_SLOTS = {"kprobe": 0, "tracepoint": 1, "raw_tracepoint": 2, "tp_btf": 3, "fentry": 4}
+HOOKS_TEXT = """BPF_ARRAY(hits, u64, 5);
 static inline void hit(int k) {
     if ((bpf_get_current_pid_tgid() >> 32) != %d) return;
     u64 *v = hits.lookup(&k); if (v) __sync_fetch_and_add(v, 1);
@@ -119,6 +119,7 @@ int on_return(struct pt_regs *ctx) { return 0; }
 int on_tp(void *ctx) { hit(1); return 0; }
 int on_raw(struct bpf_raw_tracepoint_args *ctx) { if (ctx->args[1] == 202) hit(2); return 0; }
 int on_btf(u64 *ctx) { if (ctx[1] == 202) hit(3); return 0; }
+int on_fexit(u64 *ctx) { hit(4); return 0; }
 """
 
 
@@ -184,54 +185,30 @@ class HookProgram:
         self.close()
 
 
-def _try_fentry(text: str, attach) -> tuple[bool, str, int | None]:
-    """fentry on its own program: BCC finds its attach target while loading,
-    and a refusal must not take the other hooks with it."""
-    _BPF, Manual = _bpf_class()
-    with _quiet_stderr():
-        b = None
-        try:
-            b = Manual(text=(HOOKS_TEXT % os.getpid() + text).encode())
-            attach(b)
-            _futex_call()
-            return True, "", sum(v.value for v in b[b"hits"].values())
-        except Exception as e:   # noqa: BLE001 - BCC raises bare Exception
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            return False, msg, None
-        finally:
-            if b is not None:
-                b.cleanup()   # detaches everything it attached
-
-
 # --- the methods ------------------------------------------------------------
 def _hash_targets(model: kmodel.KernelModel) -> list[str]:
     return [n for n in ("futex_hash", "__futex_hash") if model.probeable(n)]
 
 
-def probe_fentry(model: kmodel.KernelModel) -> MethodStatus:
-    fh = model.functions.get("futex_hash")
-    notes = []
-    if fh and fh.return_kind == "struct":
-        notes.append(f"futex_hash returns {fh.return_type} by value: fentry/fexit cannot attach to it")
-    # fexit needs the return value: a pointer-returning lookup with BTF and a symbol.
-    cands = [n for n in ("futex_hash", "__futex_hash")
-             if model.functions[n].in_btf and model.functions[n].has_symbol
-             and model.functions[n].return_kind == "pointer"]
-    if not cands:
-        notes.append("no futex hash lookup function with BTF, a symbol and a pointer return")
-        return MethodStatus("fentry", False, "; ".join(notes))
-    target = cands[0]
-    text = (f"KFUNC_PROBE({target}) {{ hit(0); return 0; }}\n"
-            f"KRETFUNC_PROBE({target}) {{ return 0; }}\n")
-    ok, msg, fired = _try_fentry(text, lambda b: (b.attach_kfunc(fn_name=f"kfunc__{target}".encode()),
-                                           b.attach_kretfunc(fn_name=f"kretfunc__{target}".encode())))
+def probe_fentry(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
+    """fexit on futex_hash, the fentry method's one required program: refused
+    by the kernel (a minimal load says why), unusable for the layout
+    (futex_hash returning a struct on 7.2+), or attached and fired."""
+    from futextrace.loading import fentry
+    layout = fentry.static_refusal(model)
+    err, says = fentry.trial(model)
+    if err > 0:
+        why = f"the kernel refused fentry programs ({errnos.name(err)}" + (f": {says})" if says else ")")
+        if says and layout:
+            why = f"the verifier refused fexit on futex_hash ({errnos.name(err)}: {says})"
+        return MethodStatus("fentry", False, "; ".join([why, *([layout] if layout else [])]), "futex_hash")
+    if layout:
+        return MethodStatus("fentry", False, layout, "futex_hash")
+    ok, msg, fired = hooks.result("fentry")
     if not ok:
-        code = errnos.name_in_message(msg)
-        why = (f"the kernel refused fentry programs ({code})" if code in ("EPERM", "EACCES")
-               else f"loading fentry/fexit on {target} failed: {msg}")
-        return MethodStatus("fentry", False, "; ".join([why, *notes]), target)
-    notes.insert(0, f"fentry+fexit on {target} loaded and attached")
-    return MethodStatus("fentry", True, "; ".join(notes), target, fired)
+        return MethodStatus("fentry", False, f"attaching fexit to futex_hash failed: {msg}", "futex_hash")
+    return MethodStatus("fentry", True, "fexit on futex_hash loaded and attached (no trap; other "
+                        "syscalls pay nothing)", "futex_hash", fired)
 
 
 def attach_hooks(model: kmodel.KernelModel, hooks: HookProgram) -> None:
@@ -248,6 +225,10 @@ def attach_hooks(model: kmodel.KernelModel, hooks: HookProgram) -> None:
     tp_id = model.tp_btf_ids.get("sys_enter")
     if tp_id is not None:
         hooks.attach("tp_btf", lambda b: tpbtf.attach(b, "on_btf", tp_id))
+    from futextrace.loading import fentry
+    if fentry.static_refusal(model) is None:
+        fh = model.func_btf_ids["futex_hash"]
+        hooks.attach("fentry", lambda b: fentry._load_attach(b, "on_fexit", fentry.BPF_TRACE_FEXIT, fh))
 
 
 TRACEPOINT = "syscalls:sys_enter_futex"
@@ -314,16 +295,15 @@ def probe_methods(model: kmodel.KernelModel, hooks: HookProgram | None = None) -
             return probe_methods(model, own)
     attach_hooks(model, hooks)
     hooks.fire()
-    statuses = [probe_kprobe(model, hooks), probe_tracepoint(model, hooks),
+    statuses = [probe_fentry(model, hooks), probe_kprobe(model, hooks), probe_tracepoint(model, hooks),
                 probe_raw_tracepoint(model, hooks), probe_tp_btf(model, hooks)]
-    hooks.close()        # detached before fentry and the iterator load on their own
-    return [probe_fentry(model), *statuses, probe_task_iterator(model)]
+    hooks.close()        # detached before the iterator loads on its own
+    return [*statuses, probe_task_iterator(model)]
 
 
 def recommended_method(statuses: list[MethodStatus]) -> str | None:
     """What `record --method auto` picks where these statuses hold: one order of
-    preference for both, kept in loading/methods.py (kprobe, then tracepoint).
-    fentry is proven here but never recommended: record has no fentry programs."""
+    preference for both, kept in loading/methods.py (fentry, kprobe, tracepoint)."""
     return methods.recommended({s.name for s in statuses if s.works})
 
 

@@ -67,7 +67,9 @@ BLIND_SPOTS = {
         "refcount gets/puts of inlined helpers are counted at their nearest probed caller",
     ],
     "fentry": [
-        "functions returning a struct by value (futex_hash on 7.2+) are traced with kprobes",
+        "refcount gets/puts of inlined helpers are counted at their nearest probed caller",
+        "where GCC split futex_private_hash_put (a .part.0 body, no BTF), puts that call the split body "
+        "directly are not seen (the probe list then names it)",
     ],
 }
 
@@ -154,20 +156,28 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
         flags.append("-DFILTER_COMM")
     if filters.tgid_map and filters.exec_comms:
         flags.append("-DCOMM_AT_EXEC")
-    if method != "tracepoint":
-        from futextrace.loading.kprobes import cflags as kprobe_cflags
-        flags += kprobe_cflags(model)
+    flags += _method_cflags(model, method)
     flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
     return flags
+
+
+def _method_cflags(model, method: str) -> list[str]:
+    """The kernel-bucket check's inputs (kprobe and fentry) and fentry's own."""
+    if method == "tracepoint":
+        return []
+    from futextrace.loading import fentry, kprobes
+    return kprobes.cflags(model) + (fentry.cflags(model) if method == "fentry" else [])
 
 
 def source_for(method: str) -> str:
     """The program text with futex_common.h pasted in: BCC rewrites map calls
     (`map.lookup()`) only in the main text, never in #included files."""
     name = {"tracepoint": "trace_tp.bpf.c", "kprobe": "trace_kprobe.bpf.c",
-            "fentry": "trace_kprobe.bpf.c"}[method]
-    common = (bpf_dir() / "futex_common.h").read_text()
-    return (bpf_dir() / name).read_text().replace('#include "futex_common.h"', common, 1)
+            "fentry": "trace_fentry.bpf.c"}[method]
+    text = (bpf_dir() / name).read_text()
+    for header in ("futex_common.h", "kernel_bucket.h"):
+        text = text.replace(f'#include "{header}"', (bpf_dir() / header).read_text(), 1)
+    return text
 
 
 def _tp_btf_id(model) -> int | None:
@@ -205,7 +215,8 @@ class Program:
         self.filters = filters or Filters()
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
-        self._tp_btf: list[tuple[int, int]] = []   # (attachment fd, program fd) we made ourselves
+        # (attachment fd, program fd) we made ourselves: tp_btf, or the fentry method's trampolines
+        self._tp_btf: list[tuple[int, int]] = []
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
         self.fcache_slots = FCACHE_SLOTS                    # per CPU, as compiled in
@@ -239,6 +250,15 @@ class Program:
         if method == "tracepoint":
             self.probes = self._attach_syscall_hooks(BPF) + [
                 "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
+        elif method == "fentry":
+            from futextrace.loading import fentry
+            try:
+                self._prepare()   # --comm's tgids in the filter before the counting fexit attaches
+                links, self.probes = fentry.attach(self._bpf, model)
+            except Exception:
+                self.close()
+                raise
+            self._tp_btf.extend(links)
         else:
             self.probes = self._attach_kprobes(model, method)
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase

@@ -1,24 +1,30 @@
 """Which attach method to use: the one order of preference, for `record`
 (which picks one) and `doctor` (which recommends one from what it proved).
 
-kprobes come first: they see the bucket the kernel itself returned and the
-refcount calls. The tracepoint method comes next: it sees only the syscall and
-recomputes the bucket, with blind spots it names. fentry is not a method of
-`record` at all: futex_hash returns a struct by value on 7.2+, which fexit
-cannot attach to, so futextrace has no fentry programs; `--method fentry` is
-refused with a line that says so (doctor still proves whether fentry loads).
+fentry comes first: fexit on futex_hash sees the bucket the kernel returned
+and the refcount calls, as kprobes do, through a trampoline instead of a
+trap (6.17-7.1, where futex_hash returns a pointer). kprobes come next (7.2+,
+or wherever fentry is refused). The tracepoint method comes last: it sees only
+the syscall and recomputes the bucket, with blind spots it names. Each is
+decided by what the kernel does, never by its version: fentry by loading a
+minimal fexit program (loading/fentry.py), kprobes by the kprobe PMU and
+futex_hash's symbol; `record` still falls back when the real load fails.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.errors import EnvironmentProblem, UsageError
+from futextrace.errors import EnvironmentProblem
 
 KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
-PREFERENCE = ("kprobe", "tracepoint")
+PREFERENCE = ("fentry", "kprobe", "tracepoint")
 # doctor's probes that prove each method: the tracepoint method hooks sys_enter as
 # a tp_btf program, or as a raw tracepoint where the kernel refuses tp_btf.
-PROVEN_BY = {"kprobe": ("kprobe",), "tracepoint": ("tp_btf", "raw_tracepoint")}
+PROVEN_BY = {"fentry": ("fentry",), "kprobe": ("kprobe",), "tracepoint": ("tp_btf", "raw_tracepoint")}
+WHY_PREFERRED = {
+    "fentry": "fentry/fexit available: the kernel's own bucket and refcount calls, through trampolines",
+    "kprobe": "kprobes available: they see the kernel's own bucket and refcount calls",
+}
 
 
 def kprobe_precondition(model) -> str | None:
@@ -31,29 +37,42 @@ def kprobe_precondition(model) -> str | None:
     return None
 
 
-def refuse_unserved(requested: str) -> None:
-    """Refuse a method futextrace has no programs for, before anything loads."""
-    if requested == "fentry":
-        raise UsageError("--method fentry: futextrace has no fentry programs (fexit cannot attach to "
-                         "futex_hash, which returns a struct by value on 7.2+); use --method kprobe or auto")
+def fentry_precondition(model) -> str | None:
+    """Why the fentry method cannot work here, or None: the layout, then a
+    minimal fexit load on futex_hash (microseconds; no compile)."""
+    from futextrace.loading import fentry
+    return fentry.refusal(model)
+
+
+PRECONDITION = {"fentry": fentry_precondition, "kprobe": kprobe_precondition}
+
+
+def candidates(model, requested: str) -> list[tuple[str, str]]:
+    """[(method, why)] to try in turn for `record --method requested`: the
+    requested one alone, or for `auto` each usable method of PREFERENCE (the
+    last always the tracepoint method), the reasons for skipping the others
+    in its `why`. `futextrace doctor` shows the full proof."""
+    if requested != "auto":
+        check = PRECONDITION.get(requested)
+        why = check(model) if check else None
+        if why:
+            raise EnvironmentProblem(f"method {requested} is not available here: {why} "
+                                     "(run `futextrace doctor`, or use --method auto)")
+        return [(requested, "asked for with --method")]
+    out, skipped = [], []
+    for method in PREFERENCE[:-1]:
+        why = PRECONDITION[method](model)
+        if why:
+            skipped.append(f"{method} not usable: {why}")
+        else:
+            out.append((method, "; ".join([WHY_PREFERRED[method], *skipped])))
+    out.append(("tracepoint", "; ".join(skipped) or "asked for"))
+    return out
 
 
 def choose_method(model, requested: str) -> tuple[str, str]:
-    """(method, why) for `record --method requested`. `auto` follows PREFERENCE.
-    `futextrace doctor` shows the full proof."""
-    refuse_unserved(requested)
-    if requested == "tracepoint":
-        return "tracepoint", "asked for with --method"
-    if requested == "kprobe":
-        why = kprobe_precondition(model)
-        if why:
-            raise EnvironmentProblem(f"method kprobe is not available here: {why} "
-                                     "(run `futextrace doctor`, or use --method auto)")
-        return "kprobe", "asked for with --method"
-    why = kprobe_precondition(model)
-    if why:
-        return "tracepoint", f"kprobes not usable: {why}"
-    return "kprobe", "kprobes available: they see the kernel's own bucket and refcount calls"
+    """(method, why): the first of `candidates`."""
+    return candidates(model, requested)[0]
 
 
 def recommended(works: set[str]) -> str | None:

@@ -20,7 +20,7 @@ from futextrace.kernel import modelcache
 from futextrace.loading.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
-from futextrace.loading.methods import choose_method, refuse_unserved
+from futextrace.loading.methods import candidates
 from futextrace.record import attachstate, commwatch, filternotes, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
@@ -59,7 +59,6 @@ class Recorder:
             raise UsageError("-d/--duration must be a finite number of seconds above 0")
         if opts.interval is not None and not (math.isfinite(opts.interval) and opts.interval > 0):
             raise UsageError("-i/--interval must be a finite number of seconds above 0")
-        refuse_unserved(opts.method)
         self.opts = opts
         # Setup time, reported as attach_s: the process's own start counts for
         # the first recorder of a process only (bench and sweep make several).
@@ -71,7 +70,9 @@ class Recorder:
         if not self.model.private_hash:
             raise EnvironmentProblem("this kernel has no futex private hash (CONFIG_FUTEX_PRIVATE_HASH, "
                                      "Linux 6.17+): nothing for futextrace to show")
-        self.method, self.why = choose_method(self.model, opts.method)
+        # The methods to try in turn (auto: fentry, kprobe, tracepoint, those usable).
+        self._candidates = candidates(self.model, opts.method)
+        self.method, self.why = self._candidates[0]
         self.filters = Filters(pids=list(opts.pids), tids=list(opts.tids), comms=list(opts.comms),
                                cgroup_ids=[targets.cgroup_id(c) for c in opts.cgroups])
         self.program: Program | None = None
@@ -133,15 +134,17 @@ class Recorder:
         # --comm's tgids go into the filter before the counting hook attaches:
         # its processes are counted from the window's start, like -p targets.
         fill = (lambda bpf: self.comm_watch.start(bpf["tgid_filter"])) if self.comm_watch else None
-        try:
-            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
-                                   exact_prctl=self.opts.exact_prctl, before_counting=fill)
-        except (EnvironmentProblem, KernelRefused) as e:
-            if self.opts.method != "auto" or self.method == "tracepoint":
-                raise
-            self.method, self.why = "tracepoint", f"the kprobe method failed to load ({e})"
-            self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
-                                   exact_prctl=self.opts.exact_prctl, before_counting=fill)
+        failed = []
+        for i, (self.method, why) in enumerate(self._candidates):
+            self.why = "; ".join([why, *failed])
+            try:
+                self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
+                                       exact_prctl=self.opts.exact_prctl, before_counting=fill)
+                break
+            except (EnvironmentProblem, KernelRefused) as e:
+                if i == len(self._candidates) - 1:
+                    raise
+                failed.append(f"the {self.method} method failed to load ({e})")
         self.maps = MapReader(self.program)
         self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.timings.update(self.program.timings)
@@ -299,8 +302,9 @@ class Recorder:
                 "probes_fallback": self.program.fallback_reason,
                 **({"comm_filter": self.comm_how} if self.comm_how else {}),
                 "refcount_probes": [p for p in probes
-                                    if p.startswith("k") and ("private_hash" in p or "hash_put" in p or "hash_get" in p
-                                                              or p.endswith(":futex_hash"))]}
+                                    if p.startswith(("k", "fentry:", "fexit:"))
+                                    and ("private_hash" in p or "hash_put" in p or "hash_get" in p
+                                         or p.endswith(":futex_hash"))]}
 
     def recording(self, duration: float) -> dict:
         raw = self.dump()

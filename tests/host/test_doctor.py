@@ -170,9 +170,12 @@ def test_fentry_status_matches_an_independent_load(report, raw):
         assert not fe["works"]
         assert "the kernel refused fentry programs (EPERM)" in fe["reason"]
     elif err == 0:
-        pointer_lookup = any(raw.named(f, ("FUNC",)) and raw.return_type(f) == "ptr"
-                             for f in ("futex_hash", "__futex_hash"))
+        # The fentry method's one required program is fexit on futex_hash: the
+        # kernel takes it where futex_hash returns a pointer (not a struct, 7.2+).
+        pointer_lookup = bool(raw.named("futex_hash", ("FUNC",))) and raw.return_type("futex_hash") == "ptr"
         assert fe["works"] == pointer_lookup, fe["reason"]
+        if fe["works"]:
+            assert fe["fired"] == 1, fe     # our own futex call, through the trampoline
     else:
         assert not fe["works"]
 
@@ -193,7 +196,7 @@ def test_futex_hash_return_type_matches_bpftool(report, raw, text_report):
         assert fh["return_type"] == want and fh["return_kind"] == "struct"
         assert report["kernel"]["hash_returns"] == "bucket_ref"
         assert f"futex_hash returns {want}" in text_report
-        assert "by value: fentry/fexit cannot attach to it" in methods(report)["fentry"]["reason"]
+        assert "by value (7.2+): the kernel refuses trampolines" in methods(report)["fentry"]["reason"]
     else:
         assert want == "ptr" and fh["return_kind"] == "pointer"
 
@@ -221,10 +224,10 @@ def test_report_sections(report, text_report):
     assert report["headers"]["path"]
     lines = text_report.strip().splitlines()
     assert lines[-1].startswith("recommended method: ")
-    # The method `record --method auto` picks: kprobes where they work, else the
-    # tracepoint method, whose sys_enter hook is a tp_btf or a raw tracepoint.
+    # The method `record --method auto` picks: fentry where it loads, kprobes where
+    # they work, else the tracepoint method, whose sys_enter hook is a tp_btf or a raw tracepoint.
     works = {name for name, m in methods(report).items() if m["works"]}
-    expect = ("kprobe" if "kprobe" in works
+    expect = ("fentry" if "fentry" in works else "kprobe" if "kprobe" in works
               else "tracepoint" if works & {"tp_btf", "raw_tracepoint"} else None)
     assert report["recommended"] == expect
 
@@ -248,7 +251,7 @@ def test_nothing_stays_attached():
     # live=False skips the tp_btf ids (they name the running kernel's BTF): add them.
     model.tp_btf_ids = {"sys_enter": Btf.from_file(kmodel.VMLINUX_BTF).ids_named("btf_trace_sys_enter")[0]}
     assert next(s for s in doctor.probe_methods(model) if s.name == "tp_btf").works
-    ours = {"on_tp", "on_raw", "on_btf", "on_entry", "on_return"}
+    ours = {"on_tp", "on_raw", "on_btf", "on_entry", "on_return", "on_fexit", "ft_trial"}
     # The kernel frees a detached program after an RCU grace period: poll briefly.
     for _ in range(50):
         progs = json.loads(subprocess.run(["bpftool", "prog", "show", "--json"],

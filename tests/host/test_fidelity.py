@@ -67,14 +67,32 @@ def workload(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["tracepoint", "kprobe"])
+def fentry_refusal() -> str | None:
+    """Why the fentry method cannot run here (loading/fentry.py: a minimal fexit
+    load on futex_hash and the layout), or None."""
+    from futextrace.kernel.modelcache import load_running
+    from futextrace.loading import fentry
+    return fentry.refusal(load_running()[0])
+
+
+# Methods that see the bucket futex_hash returned and the refcount calls.
+KERNEL_VIEW = ("kprobe", "fentry")
+
+
+@pytest.fixture(scope="module", params=["tracepoint", "kprobe", "fentry"])
 def run(request, workload, tmp_path_factory):
     """(method, recording, the workload's own account of its lookups)."""
     method = request.param
+    expected = os.environ.get("FUTEXTRACE_EXPECT_METHODS", "").split(",")
     if method == "kprobe" and not have_kprobes():
-        if "kprobe" in os.environ.get("FUTEXTRACE_EXPECT_METHODS", ""):
+        if "kprobe" in expected:
             pytest.fail("FUTEXTRACE_EXPECT_METHODS names kprobe but this kernel has no kprobes")
         pytest.skip("no kprobes on this kernel: runs in the VM guests")
+    if method == "fentry" and (why := fentry_refusal()):
+        # Expected where futex_hash returns a pointer (6.17-7.1); 7.2+ cannot have it.
+        if "fentry" in expected and "by value" not in why:
+            pytest.fail(f"FUTEXTRACE_EXPECT_METHODS names fentry but: {why}")
+        pytest.skip(f"fentry not available here: {why}")
     tmp = tmp_path_factory.mktemp(f"fid-{method}")
     rec_path, wl_path = tmp / "rec.json", tmp / "wl.json"
     args = [str(workload), str(wl_path), str(ITERS), str(cpu_on_last_node()), str(possible_nodes()[-1])]
@@ -82,6 +100,7 @@ def run(request, workload, tmp_path_factory):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     rec, wl = json.loads(rec_path.read_text()), json.loads(wl_path.read_text())
+    assert rec["method"]["name"] == method, rec["method"]     # no silent fallback
     proc = next(x for x in rec["processes"] if x["pid"] == wl["pid"])
     return method, rec, wl, proc
 
@@ -170,12 +189,12 @@ def test_nothing_unattributed_and_labels_true(run):
 
 
 def test_kernel_agrees(run):
-    """kprobe method: the bucket and node of every private and global lookup
+    """kprobe and fentry methods: the bucket and node of every private and global lookup
     equal the kernel's own (the hb futex_hash returned, located in the private
     hash or in one node's global table)."""
     method, rec, _, proc = run
-    if method != "kprobe":
-        pytest.skip("the kernel's own bucket needs the kprobe method")
+    if method not in KERNEL_VIEW:
+        pytest.skip("the kernel's own bucket needs the kprobe or fentry method")
     assert rec["totals"]["kernel_mismatch"] == 0
     for h in hashes(proc, "private"):
         assert h["kernel_checked"] == h["lookups"], h
@@ -188,12 +207,12 @@ def test_kernel_agrees(run):
 
 
 def test_refcount_gets_equal_puts(run):
-    """kprobe method: the process's every reference get has its put, each
+    """kprobe and fentry methods: the process's every reference get has its put, each
     counted once (futex_private_hash_put, its .part.0 body and, 6.17-7.1,
     futex_hash_put are all probed where they exist)."""
     method, rec, wl, _ = run
-    if method != "kprobe":
-        pytest.skip("refcount traffic is probed only by the kprobe method")
+    if method not in KERNEL_VIEW:
+        pytest.skip("refcount traffic is probed only by the kprobe and fentry methods")
     rc = rec["refcount"]
     gets, puts = rc["get_percpu"] + rc["get_atomic"], rc["put_percpu"] + rc["put_atomic"]
     private = sum(f["lookups"] for c in cases(wl, method, "private") for f in c["futexes"])

@@ -1,4 +1,4 @@
-"""The PI handoff path's bucket references, kprobe method (VM guests).
+"""The PI handoff path's bucket references, kprobe and fentry methods (VM guests).
 
 tests/data/pi_contend.c makes threads contend on one private PI futex through
 FUTEX_LOCK_PI/FUTEX_UNLOCK_PI (futex_unlock_pi hands the lock to a waiter),
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import FT, REPO, kernel_symbols, limit, needs_bpf, require_kprobes
+from tests.host.conftest import FT, REPO, expected, kernel_symbols, limit, needs_bpf, require_kprobes
 
 pytestmark = [pytest.mark.root, needs_bpf]
 DATA = Path(__file__).parent.parent / "data"
@@ -67,15 +67,31 @@ class CallCounter:
         self.bpf.cleanup()
 
 
-@pytest.fixture(scope="module")
-def run(workload, tmp_path_factory):
-    """(recording, the workload's own counts, the test's own futex_hash_get hits or None)."""
+def require_fentry() -> None:
+    """Skip where the fentry method cannot run; fail where the harness expects it
+    (6.17-7.1: futex_hash returns a pointer)."""
+    from futextrace.kernel.modelcache import load_running
+    from futextrace.loading import fentry
+    why = fentry.refusal(load_running()[0])
+    if why and expected("fentry") and "by value" not in why:
+        pytest.fail(f"FUTEXTRACE_EXPECT_METHODS names fentry, but {why}")
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module", params=["kprobe", "fentry"])
+def run(request, workload, tmp_path_factory):
+    """(recording, the workload's own counts, the test's own futex_hash_get hits or None).
+    The counter is a kprobe: both methods run where kprobes exist (the guests)."""
+    method = request.param
     require_kprobes()
+    if method == "fentry":
+        require_fentry()
     tmp = tmp_path_factory.mktemp("pi-run")
     rec_path, wl_path = tmp / "rec.json", tmp / "wl.json"
     own = CallCounter("futex_hash_get") if "futex_hash_get" in kernel_symbols() else None
     try:
-        p = subprocess.run([*FT, "record", "-q", "--method", "kprobe", "--json", str(rec_path), "--",
+        p = subprocess.run([*FT, "record", "-q", "--method", method, "--json", str(rec_path), "--",
                             str(workload), str(wl_path), str(ITERS)],
                            capture_output=True, text=True, timeout=limit(120), cwd=REPO)
         hits = own.hits() if own else None
@@ -83,7 +99,9 @@ def run(workload, tmp_path_factory):
         if own:
             own.remove()
     assert p.returncode == 0, p.stderr
-    return json.loads(rec_path.read_text()), json.loads(wl_path.read_text()), hits
+    rec = json.loads(rec_path.read_text())
+    assert rec["method"]["name"] == method, rec["method"]
+    return rec, json.loads(wl_path.read_text()), hits
 
 
 def test_the_lock_was_handed_over(run):
@@ -110,7 +128,8 @@ def test_futex_hash_get_probed_and_counted(run):
     if hits is None:
         pytest.skip("futex_hash_get has no symbol here (7.2+: the handoff uses futex_private_hash_get)")
     probes = rec["method"]["probes"]
-    assert "kprobe:futex_hash_get" in probes and "kprobe:futex_hash_put" in probes, probes
+    entry = "kprobe" if rec["method"]["name"] == "kprobe" else "fentry"
+    assert f"{entry}:futex_hash_get" in probes and f"{entry}:futex_hash_put" in probes, probes
     assert hits >= wl["requeue_handoffs"] > 0, "requeue-PI handoffs without futex_hash_get"
     rc = rec["refcount"]
     gets = rc["get_percpu"] + rc["get_atomic"]

@@ -94,8 +94,19 @@ def test_an_entry_others_could_write_is_not_used(compiled, tmp_path):
     assert compiled().compile_cache == "miss"
 
 
+def fentry_refusal() -> str | None:
+    """Why the fentry method cannot run here (a minimal fexit load, the layout), or None."""
+    if os.geteuid() != 0:
+        return "needs root"
+    from futextrace.kernel.modelcache import load_running
+    from futextrace.loading import fentry
+    return fentry.refusal(load_running()[0])
+
+
 METHODS = ["tracepoint", pytest.param("kprobe", marks=pytest.mark.skipif(
-    bool(kprobes_missing()), reason=kprobes_missing() or ""))]
+    bool(kprobes_missing()), reason=kprobes_missing() or "")),
+    # fentry programs are loaded by futextrace itself from the replayed instructions.
+    pytest.param("fentry", marks=pytest.mark.skipif(bool(fentry_refusal()), reason=fentry_refusal() or ""))]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -1,18 +1,16 @@
 """The command line's common surface: every command's help has examples and the
 exit codes, --json means the same everywhere, option help is written alike,
-`--method fentry` is refused with a reason, and attach failures share one exit
+a method the kernel cannot serve is refused with its reason, and attach failures share one exit
 code. Pure Python; no BPF is loaded."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
 
 from futextrace.cli import COMMANDS, cli
-from futextrace.errors import EXIT_KERNEL, EXIT_USAGE, KernelRefused, UsageError
+from futextrace.errors import EXIT_KERNEL, EnvironmentProblem, KernelRefused
 from futextrace.loading import kprobes, methods
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,19 +54,52 @@ def test_option_help_starts_lowercase(name):
         assert first[0].islower() or first.isupper(), f"{name} {o.opts}: {o.help!r}"
 
 
-def test_fentry_is_refused_with_the_reason():
-    with pytest.raises(UsageError, match="no fentry programs.*--method kprobe"):
-        methods.choose_method(None, "fentry")
-    r = subprocess.run([sys.executable, "-m", "futextrace.cli", "record", "--method", "fentry", "-d", "1"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert r.returncode == EXIT_USAGE
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "fentry" in lines[0] and "kprobe" in lines[0], r.stderr
+class _Func:
+    def __init__(self, name, ret="pointer", btf=True, symbol=True):
+        self.name, self.in_btf, self.has_symbol = name, btf, symbol
+        self.symbol = name if symbol else None
+        self.return_kind, self.return_type, self.fragments = ret, f"{ret} type", []
+
+
+class _Layout:
+    """A kernel model with only what methods.py and fentry.py read."""
+
+    def __init__(self, ret="pointer", priv=True, btf_id=None):
+        self.functions = {"futex_hash": _Func("futex_hash", ret)}
+        self.bucket_has_priv = priv
+        self.func_btf_ids = {"futex_hash": btf_id} if btf_id else {}
+
+    def probeable(self, name):
+        return name in self.functions
+
+
+@pytest.mark.parametrize("layout, words", [
+    (_Layout(ret="struct"), "by value"),          # 7.2+: futex_bucket_ref
+    (_Layout(priv=False, btf_id=7), "no priv member"),
+])
+def test_fentry_refused_for_the_layout_with_the_reason(layout, words, monkeypatch):
+    from futextrace.loading import fentry
+    monkeypatch.setattr(fentry, "trial", lambda *_: (0, ""))   # no bpf(2) here: the layout decides
+    assert words in fentry.static_refusal(layout)
+    with pytest.raises(EnvironmentProblem, match=f"method fentry is not available here: .*{words}.*--method auto"):
+        methods.choose_method(layout, "fentry")
+
+
+def test_auto_prefers_fentry_then_kprobe_then_tracepoint(monkeypatch):
+    monkeypatch.setattr(methods, "fentry_precondition", lambda m: None)
+    monkeypatch.setattr(methods, "PRECONDITION", {"fentry": lambda m: None, "kprobe": lambda m: None})
+    assert [m for m, _ in methods.candidates(_Layout(), "auto")] == ["fentry", "kprobe", "tracepoint"]
+    monkeypatch.setattr(methods, "PRECONDITION", {"fentry": lambda m: "refused (EPERM)",
+                                                  "kprobe": lambda m: "no kprobes"})
+    (only,) = methods.candidates(_Layout(), "auto")
+    assert only[0] == "tracepoint" and "fentry not usable: refused (EPERM)" in only[1]
+    assert methods.candidates(_Layout(), "tracepoint") == [("tracepoint", "asked for with --method")]
 
 
 @pytest.mark.parametrize("proven, expect", [
-    ({"fentry", "kprobe", "tp_btf"}, "kprobe"),          # fentry loads, yet record has no fentry programs
-    ({"fentry", "tp_btf", "raw_tracepoint"}, "tracepoint"),
+    ({"fentry", "kprobe", "tp_btf"}, "fentry"),          # trampolines first: no trap
+    ({"kprobe", "tp_btf"}, "kprobe"),
+    ({"fentry", "tp_btf", "raw_tracepoint"}, "fentry"),
     ({"raw_tracepoint"}, "tracepoint"),                 # the tracepoint method's fallback hook
     ({"tracepoint"}, None),                             # sys_enter_futex alone serves no method
     (set(), None),

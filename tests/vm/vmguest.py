@@ -30,7 +30,8 @@ GUEST_SCRIPT = """\
 #!/bin/bash
 # Runs inside the guest. Everything it prints lands in guest.log.
 exec >{out}/guest.log 2>&1
-export FUTEXTRACE_IN_VM=1 FUTEXTRACE_EXPECT_METHODS=kprobe,tracepoint
+# fentry: expected where futex_hash returns a pointer (6.17-7.1), see tests/host/test_fidelity.py
+export FUTEXTRACE_IN_VM=1 FUTEXTRACE_EXPECT_METHODS=fentry,kprobe,tracepoint
 export FUTEXTRACE_CACHE={cache} PYTHONDONTWRITEBYTECODE=1
 export FUTEXTRACE_VM_CPUS={cpus} FUTEXTRACE_VM_NODES={nodes}
 echo "guest: $(uname -r), $(nproc) cpus, nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
