@@ -17,6 +17,7 @@ from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
 from futextrace.loading.layout import bpf_dir
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
+from futextrace.loading.contention import contention_macros
 
 METHODS = ("fentry", "kprobe", "tracepoint")
 # Per-CPU slots of the lookup cache (64 bytes each): 16 KiB, half of a
@@ -125,6 +126,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
                                  "(state/hash_mask not adjacent): unsupported kernel")
     off["OFF_FPH_STATE"] = state
     off["BUCKET_SIZE"] = int(model.sizes["futex_hash_bucket"])
+    off.update(contention_macros(model))
     g = model.global_hash
     off["GLOBAL_MASK"] = g.buckets_per_node - 1
     off["GLOBAL_SHIFT"] = g.shift
@@ -167,7 +169,8 @@ def source_for(method: str) -> str:
     name = {"tracepoint": "trace_tp.bpf.c", "kprobe": "trace_kprobe.bpf.c",
             "fentry": "trace_kprobe.bpf.c"}[method]
     common = (bpf_dir() / "futex_common.h").read_text()
-    return (bpf_dir() / name).read_text().replace('#include "futex_common.h"', common, 1)
+    text = (bpf_dir() / name).read_text().replace('#include "futex_common.h"', common, 1)
+    return text + "\n" + (bpf_dir() / "contention.h").read_text()   # every method: bucket-lock waits
 
 
 def _tp_btf_id(model) -> int | None:
@@ -191,7 +194,7 @@ class Program:
 
     def __init__(self, model, method: str, filters: Filters | None = None,
                  max_futexes: int | None = None, extra_cflags: list[str] | None = None,
-                 exact_prctl: bool = False):
+                 exact_prctl: bool = False, contention: bool = True):
         if method not in METHODS:
             raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
         if os.geteuid() != 0:
@@ -205,6 +208,7 @@ class Program:
         self.filters = filters or Filters()
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
+        self.contention_fallback: str | None = None   # why the lock tracepoints are not tp_btf
         self._tp_btf: list[tuple[int, int]] = []   # (attachment fd, program fd) we made ourselves
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
@@ -234,6 +238,7 @@ class Program:
             except Exception:
                 self.close()
                 raise
+        self.contention = self._attach_contention(model) if contention else "not asked for"
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
 
     def _attach_syscall_hooks(self, BPF) -> list[str]:
@@ -263,6 +268,21 @@ class Program:
             self.close()
             raise KernelRefused(f"the kernel refused the syscall tracepoints: {str(e).splitlines()[0]}")
         return probes
+
+    def _attach_contention(self, model) -> str:
+        """lock:contention_begin/end for bucket-lock waits (loading/contention.py);
+        where they cannot be attached the recording goes on without them.
+        Returns how they are attached, or why not."""
+        from futextrace.loading import contention
+        why_not = contention.supported(model)
+        if why_not:
+            return why_not
+        try:
+            probes, self.contention_fallback = contention.attach(self._bpf, model, self._tp_btf)
+        except KernelRefused as e:
+            return str(e)
+        self.probes += probes
+        return "attached"
 
     def _recompile_with_raw_hook(self, BPF) -> None:
         """The kernel refused tp_btf, and the first compile left the raw hook
