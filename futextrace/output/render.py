@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
 from futextrace.kernel.errnos import errno_name
+from futextrace.output.contention import contention_lines
 
 
 def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:
@@ -154,6 +155,7 @@ def render_text(rec: dict) -> str:
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
         for h in p["hashes"]:
             out += _hash_section(h)
+    out += contention_lines(rec.get("contention"))
     out += ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
     for r in rec["per_cpu"]:
         out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} "

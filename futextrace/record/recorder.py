@@ -23,6 +23,7 @@ from futextrace.loading.methods import choose_method, refuse_unserved
 from futextrace.record import attachstate, commwatch, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
+from futextrace.record.lockwaits import contention_dump, contention_section
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -240,7 +241,8 @@ class Recorder:
         futexes, buckets = self.read_maps()
         return {"counters": self.counters(buckets), "buckets": buckets, "futexes": futexes,
                 "futex_capacity": self.program.max_futexes, "events": self.events,
-                "intervals": self.intervals, "missed_runs": self.missed_runs()}
+                "intervals": self.intervals, "missed_runs": self.missed_runs(),
+                **contention_dump(self.program)}
 
     def _kernel_facts(self) -> dict:
         """The recording's `kernel` section: what the model learned."""
@@ -278,6 +280,7 @@ class Recorder:
             self.comms.setdefault(pid, targets.comm_of(pid))
         raw["hash_at_attach"] = self.attach_state
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
+        rec["contention"] = contention_section(raw, duration, self.comms)
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
         rec["attach_s"] = self.attach_s
         rec["monotonic_start_ns"] = self.t0_ns   # t = 0: lines up a workload's CLOCK_MONOTONIC stamps
