@@ -399,7 +399,7 @@ def _advice(pid: int, rec: dict, st: _State, cur: int) -> dict:
                 "effect": ("this recording did not measure bucket-lock waits (lock:contention_begin/end "
                            "not attached): no size is suggested; the table shows only how the futexes "
                            "would spread")}
-    return contention.advice(pid, rec, cur)
+    return contention.advice(pid, rec, cur or st.buckets or 0)   # lookups only on the global hash: the final hash
 
 
 def recommend(pid: int, rec: dict, st: _State) -> dict | None:

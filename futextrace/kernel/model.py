@@ -55,8 +55,9 @@ OFFSETS = {
     "futex_private_hash.custom": ("futex_private_hash", ["custom"]),
     "futex_private_hash.queues": ("futex_private_hash", ["queues"]),
     "futex_hash_bucket.priv": ("futex_hash_bucket", ["priv"]),
-    # The address lock:contention_begin reports for hb->lock (contention.h).
-    "futex_hash_bucket.lock": ("futex_hash_bucket", ["lock.rlock.raw_lock", "lock"]),
+    # hb->lock: lock:contention_begin reports its address (raw_lock, or RT's
+    # rt_mutex, is spinlock_t's first member in every config; contention.h).
+    "futex_hash_bucket.lock": ("futex_hash_bucket", ["lock"]),
     "futex_bucket_ref.hb": ("futex_bucket_ref", ["hb"]),
     "futex_bucket_ref.fph": ("futex_bucket_ref", ["fph"]),
     "futex_key.both.offset": ("futex_key", ["both.offset"]),

@@ -126,7 +126,6 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
                                  "(state/hash_mask not adjacent): unsupported kernel")
     off["OFF_FPH_STATE"] = state
     off["BUCKET_SIZE"] = int(model.sizes["futex_hash_bucket"])
-    off.update(contention_macros(model))
     g = model.global_hash
     off["GLOBAL_MASK"] = g.buckets_per_node - 1
     off["GLOBAL_SHIFT"] = g.shift
@@ -143,7 +142,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     off["BCACHE_BITS"] = off["BCACHE_SLOTS"].bit_length() - 1
     off["ADMIT_EVERY"] = ADMIT_EVERY
     off["RINGBUF_PAGES"] = 256
-    flags = [f"-D{k}={v}" for k, v in off.items()]
+    flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
     if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
         if filters.follow_forks:

@@ -1,0 +1,71 @@
+"""analysis/contention.py on hand-made lock_waits rows (no BPF, no root).
+Buckets and sizes are checked with the tests' own jhash2 (tests/host/fidelity_ref.py)."""
+from __future__ import annotations
+
+from futextrace.analysis import contention as C
+from tests.host.fidelity_ref import private_bucket
+
+BASE = 0x7E0000000000
+
+
+def _pair(same: bool) -> tuple[int, int]:
+    a = BASE + 64
+    b = next(BASE + 64 * i for i in range(2, 1000)
+             if (private_bucket(BASE + 64 * i, 15) == private_bucket(a, 15)) == same)
+    return a, b
+
+
+def row(tgid, bucket, uaddr, waits, ns, mask=15):
+    return {"tgid": tgid, "hash_mask": mask, "bucket": bucket, "uaddr": uaddr, "waits": waits,
+            "wait_ns": ns, "max_ns": ns // max(waits, 1)}
+
+
+def rec_of(rows, window=2.0):
+    return {"contention": C.section(rows, {}, window, "attached (tp_btf)", {1: "w"})}
+
+
+def test_split_by_cause():
+    a, b = _pair(True)
+    rows = [row(1, 3, a, 10, 1000), row(1, 3, b, 5, 500), row(1, 7, a + 4, 4, 400), row(1, 9, 0, 1, 100)]
+    c = rec_of(rows)["contention"]
+    p = c["processes"][0]
+    assert p["by_cause"]["collision"] == {"waits": 15, "wait_ns": 1500}
+    assert p["by_cause"]["same_futex"] == {"waits": 4, "wait_ns": 400}
+    assert p["by_cause"]["unknown"] == {"waits": 1, "wait_ns": 100}
+    assert c["waits"] == 20 and p["buckets"][0]["bucket"] == 3
+
+
+def test_collision_advice_names_the_separating_size():
+    a, b = _pair(True)
+    bk = private_bucket(a, 15)
+    r = rec_of([row(1, bk, a, 1000, 40_000_000), row(1, bk, b, 1000, 40_000_000)])
+    adv = C.advice(1, r, 16)
+    size = adv["slots"]
+    assert private_bucket(a, size - 1) != private_bucket(b, size - 1)
+    assert all(private_bucket(a, s - 1) == private_bucket(b, s - 1)
+               for s in (32, 64, 128, 256, 512, 1024, 2048, 4096) if s < size)
+    assert f"at {size} buckets those futexes no longer share" in adv["effect"]
+    assert "collisions cost 40.00 ms/s" in adv["effect"] and f"bucket {bk}" in adv["effect"]
+
+
+def test_one_futex_says_more_buckets_will_not_help():
+    a, _ = _pair(True)
+    adv = C.advice(1, rec_of([row(1, private_bucket(a, 15), a, 500, 5_000_000)]), 16)
+    assert adv["slots"] is None and "more buckets will not help" in adv["effect"]
+
+
+def test_nothing_measurable():
+    a, _ = _pair(True)
+    adv = C.advice(1, rec_of([row(1, 2, a, 3, 30_000)]), 16)     # 0.015 ms/s
+    assert adv["slots"] is None and "costs nothing measurable" in adv["effect"]
+    assert "costs nothing measurable" in C.advice(2, rec_of([]), 64)["effect"]
+
+
+def test_no_size_when_futexes_never_part_below_the_limit():
+    a = BASE + 64
+    b = next(BASE + 64 * i for i in range(2, 5000)
+             if private_bucket(BASE + 64 * i, 15) == private_bucket(a, 15)
+             and private_bucket(BASE + 64 * i, 31) == private_bucket(a, 31))
+    assert C.separating_size([a, b], [a, b], 16, max_slots=32) is None
+    assert C.separating_size([a, b], [a, b], 16) > 32
+    assert C.separating_size([], [a], 16) is None
