@@ -155,7 +155,8 @@ def render_text(rec: dict) -> str:
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
         for h in p["hashes"]:
             out += _hash_section(h)
-    out += contention_lines(rec.get("contention")) + ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
+    out += contention_lines(rec.get("contention")) + [
+        "", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
     for r in rec["per_cpu"]:
         out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} "
                    f"{r['atomic']:>8}")
