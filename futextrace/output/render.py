@@ -155,8 +155,7 @@ def render_text(rec: dict) -> str:
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
         for h in p["hashes"]:
             out += _hash_section(h)
-    out += contention_lines(rec.get("contention")) + [
-        "", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
+    out += ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
     for r in rec["per_cpu"]:
         out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} "
                    f"{r['atomic']:>8}")
@@ -168,6 +167,6 @@ def render_text(rec: dict) -> str:
     out += ["", f"Refcount ({rc['source']}):",
             f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
             f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic"]
-    out += _attach_section(rec.get("hash_at_attach"))
+    out += contention_lines(rec.get("contention")) + _attach_section(rec.get("hash_at_attach"))
     out += _resize_section(rec["resizes"])
     return "\n".join(out)
