@@ -146,3 +146,33 @@ def test_no_wait_costs_nothing(run):
     if rcm is None:
         pytest.skip("no lookups from the storm process: no recommendation to check")
     assert rcm["slots"] is None and "costs nothing measurable" in rcm["effect"]
+
+
+def test_serve_series(tmp_path):
+    """serve: the colliding pair's waits appear as collision series under its own pid."""
+    import os
+    import re
+
+    from tests.host.test_serve import Exporter, http_get, wait_until
+    cc = shutil.which("cc") or shutil.which("gcc")
+    exe = tmp_path / "lockpair"
+    subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(REPO / "tests/host/lockpair.c")], check=True)
+    a, same, _ = _addresses()
+    e = Exporter(tmp_path, "--max-processes", "10", "--min-interval", "0.2")
+    try:
+        w = subprocess.Popen([str(exe), "3", hex(a), hex(same)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "LOCKPAIR_RT": "1"})
+        pid = int(w.stdout.readline().split()[1])
+        pat = re.compile(r'futextrace_bucket_lock_waits_total\{cause="collision",comm="lockpair",pid="%d"\} '
+                         r"([0-9.e+]+)" % pid)
+
+        def seen():
+            m = pat.search(http_get(e.url) or "")
+            return m and float(m.group(1)) > 0
+        assert wait_until(seen, timeout=15)
+        w.wait()
+        page = http_get(e.url)
+        assert f'futextrace_bucket_lock_wait_seconds_total{{cause="collision",comm="lockpair",pid="{pid}"}}' in page
+        assert 'futextrace_bucket_lock_waits_total{cause="same_futex",comm="other",pid=""}' in page
+    finally:
+        e.stop()
