@@ -12,6 +12,7 @@ import time
 from futextrace.analysis.atomic import installed_at, process_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.record.aggregate import KIND_NAMES, total_of, merge_futexes
+from futextrace.record.livewaits import wait_lines
 
 TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
@@ -107,7 +108,7 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
                          f"{p['max_over_mean']:>8.2f} {_pending_cell(p.get('pending')):>12}")
         if len(procs) > TOP:
             lines.append(f"  ... {len(procs) - TOP} more processes")
-    return lines
+    return lines + wait_lines(row)
 
 
 class IntervalReporter:

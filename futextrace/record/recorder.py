@@ -23,6 +23,7 @@ from futextrace.loading.methods import choose_method, refuse_unserved
 from futextrace.record import attachstate, commwatch, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
+from futextrace.record.livewaits import WaitDeltas
 from futextrace.record.lockwaits import contention_dump, contention_section
 
 POLL_MS = 100
@@ -80,6 +81,7 @@ class Recorder:
         self.events: list[dict] = []
         self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
         self.intervals: list[dict] = self.live.rows
+        self.lock_deltas = WaitDeltas()     # bucket-lock waits per interval (record/livewaits.py)
         self.t0_ns = 0
         self.comms: dict[int, str] = {}
         self._stop = False
@@ -234,6 +236,8 @@ class Recorder:
                             targets.comm_of, self.comms, buckets, events=self.events,
                             infer_prctl=self._method_facts()["prctl_results"] == "inferred",
                             at_attach=self.attach_state)
+        row["lock_waits"] = self.lock_deltas.interval(contention_dump(self.program)["lock_waits"],
+                                                      row["interval_s"], self.comms)
         self.live.show(row)
 
     def dump(self) -> dict:

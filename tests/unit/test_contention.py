@@ -69,3 +69,18 @@ def test_no_size_when_futexes_never_part_below_the_limit():
     assert C.separating_size([a, b], [a, b], 16, max_slots=32) is None
     assert C.separating_size([a, b], [a, b], 16) > 32
     assert C.separating_size([], [a], 16) is None
+
+
+def test_live_interval_rates_and_causes():
+    from futextrace.record.livewaits import WaitDeltas, wait_lines
+    a, b = _pair(True)
+    d = WaitDeltas()
+    first = d.interval([row(1, 3, a, 10, 2_000_000)], 1.0, {1: "w"})
+    assert first["wait_ms_per_s"] == 2.0 and first["by_cause_ms_per_s"]["same_futex"] == 2.0
+    # b joins the bucket: from now on its waits are collision; a's earlier ones stay where they were
+    second = d.interval([row(1, 3, a, 20, 4_000_000), row(1, 3, b, 5, 1_000_000)], 0.5, {1: "w"})
+    assert second["waits"] == 15 and second["wait_ms_per_s"] == 6.0
+    assert second["by_cause_ms_per_s"] == {"collision": 6.0, "same_futex": 0.0, "unknown": 0.0}
+    assert second["top_buckets"][0]["bucket"] == 3 and second["processes"][0]["comm"] == "w"
+    assert "collision 6.0" in wait_lines({"lock_waits": second})[0]
+    assert d.interval([row(1, 3, a, 20, 4_000_000)], 1.0, {})["waits"] == 0
