@@ -165,3 +165,19 @@ def advice(pid: int, rec: dict, cur: int) -> dict:
                                    "futex call): no size to suggest")}
     return {**none, "effect": (f"no measurable bucket-lock wait (under {MEASURABLE_MS_PER_S} ms/s): "
                                f"the current size ({cur} buckets) costs nothing measurable")}
+
+
+def process_figures(rec: dict | None, pid: int | None, private: bool = True) -> dict:
+    """A benchmark point's bucket-lock figures (sweep/bench tables): the
+    workload's wait ms/s in all and from collisions; "n/a" on the global hash
+    (its locks are not traced), {} when not measured."""
+    if not rec or not measured(rec):
+        return {}
+    if not private:
+        return {"lock wait ms/s": "n/a", "collision ms/s": "n/a"}
+    p = _proc(rec, pid) if pid is not None else None
+    window = rec["contention"].get("window_s") or 0
+    if p is None:
+        return {"lock wait ms/s": 0.0, "collision ms/s": 0.0} if window else {}
+    return {"lock wait ms/s": p["wait_ms_per_s"],
+            "collision ms/s": round(_ms_per_s(p["by_cause"]["collision"]["wait_ns"], rec), 3)}

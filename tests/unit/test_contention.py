@@ -84,3 +84,12 @@ def test_live_interval_rates_and_causes():
     assert second["top_buckets"][0]["bucket"] == 3 and second["processes"][0]["comm"] == "w"
     assert "collision 6.0" in wait_lines({"lock_waits": second})[0]
     assert d.interval([row(1, 3, a, 20, 4_000_000)], 1.0, {})["waits"] == 0
+
+
+def test_sweep_figures():
+    a, b = _pair(True)
+    r = rec_of([row(7, 3, a, 10, 2_000_000), row(7, 3, b, 10, 2_000_000)], window=2.0)
+    assert C.process_figures(r, 7) == {"lock wait ms/s": 2.0, "collision ms/s": 2.0}
+    assert C.process_figures(r, 8) == {"lock wait ms/s": 0.0, "collision ms/s": 0.0}
+    assert C.process_figures(r, 7, private=False) == {"lock wait ms/s": "n/a", "collision ms/s": "n/a"}
+    assert C.process_figures({"processes": []}, 7) == {}
