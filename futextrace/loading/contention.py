@@ -33,10 +33,10 @@ def supported(model) -> str | None:
     return None
 
 
-def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | None]:
+def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | None, list[int]]:
     """Attach begin and end: tp_btf when both BTF ids are known and the
     kernel takes them (their fds appended to `links`), else raw tracepoints.
-    Returns (probe names, why tp_btf was not used)."""
+    Returns (probe names, why tp_btf was not used, the two programs' fds)."""
     from futextrace.loading import tpbtf
     ids = [model.tp_btf_ids.get(tp) for tp in TRACEPOINTS]
     why = None
@@ -46,7 +46,7 @@ def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | N
             for tp, btf_id in zip(TRACEPOINTS, ids):
                 mine.append(tpbtf.attach(bcc, f"ft_btf_{tp}", btf_id))
             links.extend(mine)
-            return [f"tp_btf:{tp}" for tp in TRACEPOINTS], None
+            return [f"tp_btf:{tp}" for tp in TRACEPOINTS], None, [prog for _, prog in mine]
         except KernelRefused as e:
             why = str(e)
             for pair in mine:
@@ -59,7 +59,8 @@ def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | N
             bcc.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"ft_raw_{tp}".encode())
     except Exception as e:  # BCC raises bare Exceptions
         raise KernelRefused(f"the kernel refused the lock contention tracepoints: {str(e).splitlines()[0]}")
-    return [f"raw_tracepoint:{tp}" for tp in TRACEPOINTS], why
+    return ([f"raw_tracepoint:{tp}" for tp in TRACEPOINTS], why,
+            [bcc.funcs[f"ft_raw_{tp}".encode()].fd for tp in TRACEPOINTS])
 
 
 def read_waits(bcc) -> list[dict]:

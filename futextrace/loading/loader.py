@@ -208,6 +208,7 @@ class Program:
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
         self.contention_fallback: str | None = None   # why the lock tracepoints are not tp_btf
+        self.contention_fds: list[int] = []            # begin and end programs (run statistics)
         self._tp_btf: list[tuple[int, int]] = []   # (attachment fd, program fd) we made ourselves
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
@@ -277,7 +278,8 @@ class Program:
         if why_not:
             return why_not
         try:
-            probes, self.contention_fallback = contention.attach(self._bpf, model, self._tp_btf)
+            probes, self.contention_fallback, self.contention_fds = contention.attach(
+                self._bpf, model, self._tp_btf)
         except KernelRefused as e:
             return str(e)
         self.probes += probes

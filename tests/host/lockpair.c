@@ -11,7 +11,8 @@
  * "storm": two more threads contend a non-futex kernel lock (one epoll
  * instance, EPOLL_CTL_ADD/DEL of their own pipe ends) all the while.
  * LOCKPAIR_RT=1: the futex threads run SCHED_FIFO in 2 ms bursts (see boost()).
- * Prints "ready PID slots N" once the hash is set, "done" at the end.
+ * Prints "ready PID slots N" once the hash is set, "done CALLS" (futex calls
+ * made by both threads) at the end.
  */
 #define _GNU_SOURCE
 #include <linux/futex.h>
@@ -34,6 +35,7 @@
 #define PR_FUTEX_HASH_GET_SLOTS 2
 
 static volatile int stop;
+static unsigned long loops[2];   /* futex calls per thread, printed at the end */
 static int epfd;
 
 /* On a loaded machine two threads seldom run at once, and a lock is only
@@ -55,14 +57,19 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static uint32_t *futex_of[2];
+
 static void *hammer(void *arg)
 {
-	uint32_t *f = arg;
+	int me = (int)(uintptr_t)arg;
+	uint32_t *f = futex_of[me];
 	boost();
 	while (!stop) {
 		double until = now() + 0.002;
-		while (!stop && (!rt || now() < until))
+		while (!stop && (!rt || now() < until)) {
 			syscall(SYS_futex, f, FUTEX_WAIT_PRIVATE, 12345, NULL, NULL, 0);
+			loops[me]++;
+		}
 		if (rt)
 			usleep(2000);
 	}
@@ -109,9 +116,11 @@ int main(int argc, char **argv)
 	usleep(300 * 1000);     /* the test attaches its reader meanwhile */
 	pthread_t t[4];
 	int n = 0;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
+		futex_of[i] = (uint32_t *)addr[i];
 		if (addr[i])
-			pthread_create(&t[n++], NULL, hammer, (void *)addr[i]);
+			pthread_create(&t[n++], NULL, hammer, (void *)(uintptr_t)i);
+	}
 	if (with_storm)
 		for (int i = 0; i < 2; i++)
 			pthread_create(&t[n++], NULL, storm, NULL);
@@ -120,6 +129,6 @@ int main(int argc, char **argv)
 	stop = 1;
 	for (int i = 0; i < n; i++)
 		pthread_join(t[i], NULL);
-	printf("done\n");
+	printf("done %lu\n", loops[0] + loops[1]);
 	return 0;
 }
