@@ -93,3 +93,28 @@ def test_sweep_figures():
     assert C.process_figures(r, 8) == {"lock wait ms/s": 0.0, "collision ms/s": 0.0}
     assert C.process_figures(r, 7, private=False) == {"lock wait ms/s": "n/a", "collision ms/s": "n/a"}
     assert C.process_figures({"processes": []}, 7) == {}
+
+
+def test_record_text():
+    from futextrace.output.contention import contention_lines
+    a, b = _pair(True)
+    text = "\n".join(contention_lines(rec_of([row(1, 3, a, 10, 2_000_000), row(1, 3, b, 5, 1_000_000)])["contention"]))
+    assert "15 waits, 3.000 ms in 2.00 s (1.500 ms/s); collision 15 waits 3.000 ms" in text
+    assert f"{hex(a)} (10), {hex(b)} (5)" in text and "collision" in text
+    assert contention_lines({"status": "not attached: turned off"}) == ["", "Bucket-lock waits (not attached: turned off):"]
+
+
+def test_exporter_series_never_go_backwards_and_stay_bounded():
+    from futextrace.export.lockwaits import LockWaitBook
+    a, b = _pair(True)
+    book = LockWaitBook()
+    book.update([row(1, 3, a, 10, 1000), row(2, 5, a, 4, 400)], labelled={1})
+    fam = {tuple(s.labels.values()): s.value for s in book.families({1}, lambda t: "w")[0].samples}
+    assert fam[("1", "w", "same_futex")] == 10 and fam[("", "other", "same_futex")] == 4
+    # b joins bucket 3: its new waits (and a's new ones) are collision; same_futex keeps its 10
+    book.update([row(1, 3, a, 12, 1200), row(1, 3, b, 3, 300), row(2, 5, a, 4, 400)], labelled={1})
+    waits = {tuple(s.labels.values()): s.value for s in book.families({1}, lambda t: "w")[0].samples}
+    assert waits[("1", "w", "same_futex")] == 10 and waits[("1", "w", "collision")] == 5
+    assert waits[("", "other", "same_futex")] == 4
+    book.forget({1})
+    assert not any(s.labels["pid"] == "1" for s in book.families(set(), lambda t: "w")[0].samples)
