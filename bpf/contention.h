@@ -32,6 +32,7 @@ BPF_PERCPU_ARRAY(lock_inflight, struct lock_inflight, 1);
 #define LCK_NR_futex_wait 455
 #define LCK_NR_futex_requeue 456
 #define LCK_WAITV_SCAN 4     /* futex_waitv entries tried for the waiter's futex */
+#define LOCK_WAIT_SANE_NS 1000000000ULL
 
 static __always_inline void lock_count(u32 idx)
 {
@@ -137,6 +138,13 @@ static __always_inline int on_contention_end(u64 lock)
 	u64 dt = bpf_ktime_get_ns() - in->ts;
 	struct lock_wait_key key = in->key;
 	in->lock = 0;
+	/* A begin whose own end the kernel skipped (one of our programs already
+	 * running on this CPU) would pair with a much later end: no spinlock is
+	 * waited for a second without a lockup report. */
+	if (dt > LOCK_WAIT_SANE_NS) {
+		lock_count(FTL_WAITS_LOST);
+		return 0;
+	}
 	struct lock_wait_stat *st = lock_waits.lookup(&key);
 	if (!st) {
 		struct lock_wait_stat init = {};

@@ -182,7 +182,8 @@ struct lock_wait_stat {
 
 /* Per-CPU counters of the contention programs (the `lock_counters` array). */
 enum ft_lock_counter {
-	FTL_WAITS_LOST = 0,   /* bucket-lock waits not stored: lock_waits map full */
+	FTL_WAITS_LOST = 0,   /* bucket-lock waits not stored: lock_waits map full, or a
+	                       * begin/end pair over a second apart (an end the kernel skipped) */
 	FTL_NR,
 };
 
