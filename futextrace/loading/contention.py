@@ -40,7 +40,9 @@ def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | N
     from futextrace.loading import tpbtf
     ids = [model.tp_btf_ids.get(tp) for tp in TRACEPOINTS]
     why = None
-    if all(i is not None for i in ids) and not os.environ.get("FUTEXTRACE_NO_TP_BTF"):
+    if os.environ.get("FUTEXTRACE_NO_TP_BTF"):
+        why = "tp_btf turned off (FUTEXTRACE_NO_TP_BTF)"
+    elif all(i is not None for i in ids):
         mine: list[tuple[int, int]] = []
         try:
             for tp, btf_id in zip(TRACEPOINTS, ids):

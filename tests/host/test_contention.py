@@ -176,3 +176,25 @@ def test_serve_series(tmp_path):
         assert 'futextrace_bucket_lock_waits_total{cause="same_futex",comm="other",pid=""}' in page
     finally:
         e.stop()
+
+
+def test_raw_tracepoint_fallback(tmp_path):
+    """Where tp_btf is not used, the raw tracepoints count the colliding pair alike."""
+    import os
+    cc = shutil.which("cc") or shutil.which("gcc")
+    exe = tmp_path / "lockpair"
+    subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(REPO / "tests/host/lockpair.c")], check=True)
+    a, same, _ = _addresses()
+    out = tmp_path / "rec.json"
+    res = subprocess.run([*FT, "record", "-q", "--json", str(out), "--", str(exe), "2", hex(a), hex(same)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "FUTEXTRACE_NO_TP_BTF": "1", "LOCKPAIR_RT": "1"})
+    assert res.returncode == 0, res.stderr
+    rec = json.loads(out.read_text())
+    c = rec["contention"]
+    assert c["status"].startswith("attached (raw_tracepoint"), c["status"]
+    assert "raw_tracepoint:contention_begin" in rec["method"]["probes"]
+    pid = rec["command"]["pid"]
+    p = next(p for p in c["processes"] if p["pid"] == pid)
+    assert p["by_cause"]["collision"]["waits"] > 0
+    assert {int(f["uaddr"], 16) for f in p["buckets"][0]["futexes"] if f["uaddr"]} == {a, same}
