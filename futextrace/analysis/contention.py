@@ -27,6 +27,8 @@ BLIND_SPOTS = [
     "global-hash bucket locks (shared futexes, processes without a private hash): the global "
     "table's address is not known without CONFIG_KALLSYMS_ALL",
     "the uncontended fast path: a lock taken without waiting costs nothing here and is not counted",
+    "guests of a hypervisor without paravirt spinlocks (e.g. QEMU/TCG): the kernel's test-and-set "
+    "fallback (virt_spin_lock) spins without the lock:contention tracepoints, so no wait is seen there",
 ]
 
 

@@ -15,6 +15,9 @@ scenario (each its own process) to pay for one BPF compile:
 - one:     both threads on one futex -> same-futex waits, "will not help";
 - storm:   the epoll storm alone -> no bucket-lock wait at all, while
   `perf stat -e lock:contention_begin` counts its (non-futex) waits.
+
+Where perf stat sees no contention_begin for the colliding pair (a QEMU/TCG guest: the
+hypervisor test-and-set spinlock fires no tracepoint), the counting tests skip, saying so.
 """
 from __future__ import annotations
 
@@ -58,8 +61,8 @@ def run(tmp_path_factory):
     lines = []
     for name, args in scenarios.items():
         cmd = [str(exe), str(SECONDS), *args]
-        if name == "storm" and shutil.which("perf"):
-            cmd = ["perf", "stat", "-x,", "-e", "lock:contention_begin", "-o", str(tmp / "perf.csv"), "--", *cmd]
+        if name in ("storm", "collide") and shutil.which("perf"):
+            cmd = ["perf", "stat", "-x,", "-e", "lock:contention_begin", "-o", str(tmp / f"{name}.perf"), "--", *cmd]
         lines.append(f"{shlex.join(cmd)} > {tmp / name}.out")
     script = tmp / "all.sh"
     script.write_text("set -e\nexport LOCKPAIR_RT=1\n" + "\n".join(lines) + "\n")
@@ -73,8 +76,25 @@ def run(tmp_path_factory):
         assert first[0] == "ready" and first[3] == "16", first     # GET_SLOTS after SET_SLOTS 16
         pids[name] = int(first[1])
     doc = json.loads(out.read_text())
-    perf = (tmp / "perf.csv").read_text() if (tmp / "perf.csv").exists() else None
+    perf = {n: _perf_count(tmp / f"{n}.perf") for n in ("storm", "collide")}
     return {"doc": doc, "pids": pids, "addr": (a, same, other), "perf": perf}
+
+
+def _perf_count(path) -> int | None:
+    if not path.exists():
+        return None
+    return next(int(ln.split(",")[0]) for ln in path.read_text().splitlines() if "contention_begin" in ln)
+
+
+def _needs_spin_tracepoint(run) -> None:
+    """Under a hypervisor without paravirt spinlocks (QEMU/TCG guests) the kernel
+    takes the test-and-set fallback (virt_spin_lock), which fires no
+    lock:contention tracepoint: perf sees none for the hammered bucket lock
+    either, and there is nothing to count. Said, not failed."""
+    n = run["perf"]["collide"]
+    if n is not None and n < 100:
+        pytest.skip(f"lock:contention_begin fired {n} times for the colliding pair (perf stat): "
+                    "spinlock slow path without the tracepoint here (hypervisor test-and-set fallback)")
 
 
 def _proc(run, name) -> dict | None:
@@ -94,6 +114,7 @@ def test_attached(run):
 
 
 def test_colliding_pair(run):
+    _needs_spin_tracepoint(run)
     a, same, _ = run["addr"]
     p = _proc(run, "collide")
     assert p and p["by_cause"]["collision"]["waits"] > 0
@@ -124,6 +145,7 @@ def test_pair_in_different_buckets_with_epoll_storm(run):
 
 
 def test_one_futex(run):
+    _needs_spin_tracepoint(run)
     a, _, _ = run["addr"]
     p = _proc(run, "one")
     assert p and p["by_cause"]["same_futex"]["waits"] > 0 and p["by_cause"]["collision"]["waits"] == 0
@@ -134,10 +156,9 @@ def test_one_futex(run):
 
 def test_non_futex_lock_never_counted(run):
     assert _proc(run, "storm") is None
-    if run["perf"] is None:
+    if run["perf"]["storm"] is None:
         pytest.skip("no perf: the storm's own contention is not confirmed")
-    count = next(int(ln.split(",")[0]) for ln in run["perf"].splitlines() if "contention_begin" in ln)
-    assert count > 1000, run["perf"]      # the storm did contend a kernel lock
+    assert run["perf"]["storm"] > 1000, run["perf"]      # the storm did contend a kernel lock
 
 
 def test_no_wait_costs_nothing(run):
@@ -148,8 +169,9 @@ def test_no_wait_costs_nothing(run):
     assert rcm["slots"] is None and "costs nothing measurable" in rcm["effect"]
 
 
-def test_serve_series(tmp_path):
+def test_serve_series(tmp_path, run):
     """serve: the colliding pair's waits appear as collision series under its own pid."""
+    _needs_spin_tracepoint(run)
     import os
     import re
 
@@ -178,8 +200,9 @@ def test_serve_series(tmp_path):
         e.stop()
 
 
-def test_raw_tracepoint_fallback(tmp_path):
+def test_raw_tracepoint_fallback(tmp_path, run):
     """Where tp_btf is not used, the raw tracepoints count the colliding pair alike."""
+    _needs_spin_tracepoint(run)
     import os
     cc = shutil.which("cc") or shutil.which("gcc")
     exe = tmp_path / "lockpair"
