@@ -20,6 +20,9 @@ Conditions:
                (bpf_get_current_comm and a 16-byte-key lookup on every syscall)
   futextrace-comm-tgid  the same with --comm WORKLOAD resolved to tgids by the
                proc connector (one tgid lookup per syscall)
+  futextrace-no-lock    futextrace without the bucket-lock contention hooks
+               (FUTEXTRACE_NO_CONTENTION): futextrace / futextrace-no-lock is what
+               lock:contention_begin/end cost the workload
 Workloads: the built-in futexbench `-t 1 -r 2`, and `perf bench futex hash -t 1 -r 2 -s`
 when perf is installed. BPF programs are compiled and attached before the
 workload starts and detached after it ends: only the workload's run is timed.
@@ -41,7 +44,7 @@ import threading
 import time
 
 CONDITIONS = ["untraced", "raw-empty", "btf-empty", "tp-empty", "bcc-count", "futextrace",
-              "futextrace-comm-bpf", "futextrace-comm-tgid"]
+              "futextrace-comm-bpf", "futextrace-comm-tgid", "futextrace-no-lock"]
 if shutil.which("bpftrace"):
     CONDITIONS.insert(CONDITIONS.index("futextrace"), "bpftrace")
 EMPTY = {"raw-empty": "RAW_TRACEPOINT_PROBE(sys_enter) { return 0; }",
@@ -112,9 +115,13 @@ def run_traced(cond: str, argv, parse, model) -> float:
             b.cleanup()
     from futextrace.record.recorder import Recorder, RecordOptions
     comms = [os.path.basename(argv[0])[:15]] if cond.startswith("futextrace-comm") else []
+    os.environ.pop("FUTEXTRACE_NO_CONTENTION", None)
+    if cond == "futextrace-no-lock":
+        os.environ["FUTEXTRACE_NO_CONTENTION"] = "1"
     rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False,
                                  comms=comms, comm_in_bpf=cond == "futextrace-comm-bpf"), model)
     rec.start()
+    os.environ.pop("FUTEXTRACE_NO_CONTENTION", None)
     try:
         result = {}
         t = threading.Thread(target=lambda: result.update(ops=run_workload(argv, parse)))
@@ -155,6 +162,10 @@ def main() -> int:
             ratios = [x / u for x, u in zip(ops[c], ops["untraced"])]
             print(f"  {c:<11} {statistics.median(ops[c]):>13,.0f} {statistics.median(ratios):>37.1%}"
                   f"   (range {min(ratios):.1%}..{max(ratios):.1%})")
+        if "futextrace" in ops and "futextrace-no-lock" in ops:
+            r = [x / y for x, y in zip(ops["futextrace"], ops["futextrace-no-lock"])]
+            print(f"  lock contention hooks: futextrace / futextrace-no-lock median {statistics.median(r):.3f}"
+                  f" (range {min(r):.3f}..{max(r):.3f})")
         print(flush=True)
     print(f"# load average {os.getloadavg()[0]:.2f} at end")
     return 0

@@ -161,4 +161,30 @@ struct ft_iter_task {
 	char comm[16];        /* the leader's (or the writing thread's) comm */
 };
 
+/* Bucket-lock contention (bpf/contention.h): waits on a private-hash bucket's
+ * hb->lock, from lock:contention_begin/end, per (process, hash size, bucket,
+ * waiting futex). The waiter's futex is the syscall argument whose bucket is
+ * the lock's bucket; 0 when none is (futex_waitv beyond its first entries,
+ * kernel paths such as exit), which user space shows as unknown. */
+struct lock_wait_key {
+	u32 tgid;
+	u32 hash_mask;        /* private hash size - 1 of the hash whose lock it was */
+	u32 bucket;           /* bucket index: (lock - &queues[0].lock) / sizeof(bucket) */
+	u32 pad;
+	u64 uaddr;            /* the waiter's futex (user address), 0: unknown */
+};
+
+struct lock_wait_stat {
+	u64 waits;            /* contention_begin .. contention_end pairs */
+	u64 wait_ns;          /* their total duration */
+	u64 max_ns;           /* the longest one (per CPU: user space takes the max) */
+};
+
+/* Per-CPU counters of the contention programs (the `lock_counters` array). */
+enum ft_lock_counter {
+	FTL_WAITS_LOST = 0,   /* bucket-lock waits not stored: lock_waits map full, or a
+	                       * begin/end pair over a second apart (an end the kernel skipped) */
+	FTL_NR,
+};
+
 #endif /* FUTEXTRACE_H */

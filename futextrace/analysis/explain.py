@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 
-from futextrace.analysis import whatif
+from futextrace.analysis import contention, whatif
 from futextrace.analysis.atomic import atomic_text, installed_text, process_cost
 from futextrace.analysis.history import at_attach_text
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
@@ -412,31 +412,19 @@ def _kib(n_bytes: int | None) -> str:
     return f"{n_bytes / 1024:.0f} KiB" if n_bytes else "unknown memory"
 
 
-def _advice(table: dict, st: _State, cur: int) -> tuple[int | None, str, str | None]:
-    """(SET_SLOTS value or None, what it does or what is possible, C line)."""
+def _advice(pid: int, rec: dict, st: _State, cur: int) -> dict:
+    """{slots, effect, c_line, measured}: from the bucket-lock waits the recording
+    measured (analysis/contention.py), never from the lookup spread alone."""
     if st.global_chosen:
-        return None, ("the process chose the global hash; a private hash is no longer possible for it "
-                      "(SET_SLOTS returns -EBUSY)"), None
-    best = table["smallest_without_hot_sharing"] if table else None
-    if table and not table["hot"]:
-        return None, "no hot futex: no size stands out; the current size is as good as any", None
-    if table and best is None:
-        return None, (f"no size up to {whatif.SIZES[-1]} keeps every hot futex in a bucket of its own "
-                      "(two hot futexes hash alike): more buckets are not the fix"), None
-    if not table:
-        return None, ("the recording has no per-futex list (made by an older futextrace, or no private "
-                      "futex was looked up): no what-if table, no size to suggest"), None
-    row = next(r for r in table["rows"] if r["buckets"] == best)
-    cost = f"{best} buckets cost {_kib(row['memory_bytes'])}"
-    if cur and best <= cur and st.custom:
-        return None, f"keep the custom {cur} buckets: {best} already keep every hot futex apart", None
-    if cur and best <= cur:
-        return cur, (f"{cur} buckets already keep every hot futex apart ({best} would); setting {cur} with "
-                     "prctl would only stop further automatic resizes"), \
-            f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {cur}, 0);"
-    return best, (f"the smallest size where no hot futex shares a bucket; {cost}"
-                  + ("" if not cur else f" (now {cur})") + "; a custom size also stops automatic resizes"), \
-        f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {best}, 0);"
+        return {"slots": None, "c_line": None, "measured": None,
+                "effect": ("the process chose the global hash; a private hash is no longer possible for it "
+                           "(SET_SLOTS returns -EBUSY)")}
+    if not contention.measured(rec):
+        return {"slots": None, "c_line": None, "measured": None,
+                "effect": ("this recording did not measure bucket-lock waits (lock:contention_begin/end "
+                           "not attached): no size is suggested; the table shows only how the futexes "
+                           "would spread")}
+    return contention.advice(pid, rec, cur or st.buckets or 0)   # lookups only on the global hash: the final hash
 
 
 SHARED_WHY = ("shared futexes (process-shared or file-backed), which always use the global hash: "
@@ -484,9 +472,12 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
                 + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
                 + f", {atomic_share:.1%} of refcount gets atomic"
                 + (" (inferred)" if str(rc.get("source", "")).startswith("inferred") else ""))
-    slots, effect, line = _advice(table, st, cur)
+    adv = _advice(pid, rec, st, cur)
+    slots, effect, line = adv["slots"], adv["effect"], adv["c_line"]
+    if adv["measured"]:
+        measured += "; " + adv["measured"]
     if not table and not st.global_chosen:
-        effect = no_table_reason(pid, rec)
+        effect = f"{effect}; no what-if table: {no_table_reason(pid, rec)}"
     elif (shared := _shared_share(pid, rec)) >= 0.5:
         effect = (f"{shared:.0%} of its lookups were of {SHARED_WHY}; for its private futexes: {effect}")
     return {"slots": slots, "distinct_futexes": d, "current_buckets": cur,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+from futextrace.analysis.contention import process_figures
 from futextrace.bench import runner as bench
 from futextrace.bench.runner import AUTO, GLOBAL, WorkloadOptions
 from futextrace.errors import UsageError
@@ -67,7 +68,8 @@ def trace_figures(recording: dict | None) -> dict:
     h, imb = hashes[0], hashes[0].get("imbalance") or {}
     fig = {"max/mean": imb.get("max_over_mean"), "cv": imb.get("cv"),
            "buckets used": f"{imb['used']}/{imb['buckets']}" if "used" in imb else None,
-           "collisions": h.get("collisions")}
+           "collisions": h.get("collisions"),
+           **process_figures(recording, (proc or {}).get("pid"), h.get("kind") == "private")}
     return {k: v for k, v in fig.items() if v is not None}
 
 

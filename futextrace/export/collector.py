@@ -31,6 +31,7 @@ import threading
 import time
 from collections import Counter
 
+from futextrace.export import lockwaits
 from futextrace.export.families import exporter_families, families
 from futextrace.export.reading import from_recording, result_name
 from futextrace.export.series import HighWater, SeriesBook
@@ -55,6 +56,7 @@ class FutexCollector:
         self.retention = Retention(grace_s)
         self.folded_resizes: Counter = Counter()   # resizes of forgotten processes
         self.highwater = HighWater()
+        self.lock_book = lockwaits.LockWaitBook()   # bucket-lock wait series (export/lockwaits.py)
         self.stats = {"reads": 0, "errors": 0, "read_s": 0.0, "floor_s": min_interval,
                       "over_budget": 0, "age_s": 0.0}
         self.lock = threading.Lock()       # guards the cached answer and the read in flight
@@ -126,7 +128,9 @@ class FutexCollector:
             # The floor follows the CPU the read took, not its wall time: on a busy
             # host the read waits for a CPU, and that costs nothing.
             self.stats["floor_s"] = max(self.min_interval, COST_FACTOR * (time.thread_time() - cpu0))
-            fams = families(reading, self.book, self.highwater)
+            self.lock_book.update(lockwaits.read_rows(self.recorder), self.book.labelled)
+            fams = families(reading, self.book, self.highwater) + self.lock_book.families(
+                self.book.labelled, lambda t: self.book.procs[t].comm if t in self.book.procs else "")
         with self.lock:
             self.cached = fams
             self.served_at = now
@@ -143,6 +147,7 @@ class FutexCollector:
             self.folded_resizes.update((z["trigger"], result_name(z["result"])) for z in rec["resizes"]
                                        if z["pid"] in expired and z.get("result") is not None)
             forget(expired)
+            lockwaits.forget(self.recorder, self.lock_book, expired)
 
     def close(self):
         """After this, scrapes get no futextrace metrics and no read is running

@@ -55,6 +55,9 @@ OFFSETS = {
     "futex_private_hash.custom": ("futex_private_hash", ["custom"]),
     "futex_private_hash.queues": ("futex_private_hash", ["queues"]),
     "futex_hash_bucket.priv": ("futex_hash_bucket", ["priv"]),
+    # hb->lock: lock:contention_begin reports its address (raw_lock, or RT's
+    # rt_mutex, is spinlock_t's first member in every config; contention.h).
+    "futex_hash_bucket.lock": ("futex_hash_bucket", ["lock"]),
     "futex_bucket_ref.hb": ("futex_bucket_ref", ["hb"]),
     "futex_bucket_ref.fph": ("futex_bucket_ref", ["fph"]),
     "futex_key.both.offset": ("futex_key", ["both.offset"]),
@@ -64,7 +67,9 @@ OFFSETS = {
 for _r in ("di", "si", "dx", "r10", "r8", "r9", "ax", "orig_ax"):
     OFFSETS[f"pt_regs.{_r}"] = ("pt_regs", [_r])
 
-TP_BTF = ["sys_enter"]   # tracepoints the tracepoint method attaches as tp_btf
+# Tracepoints attached as tp_btf: sys_enter (tracepoint method), the lock
+# contention pair (every method, bpf/contention.h).
+TP_BTF = ["sys_enter", "contention_begin", "contention_end"]
 ITERATORS = ["task"]     # BPF iterators (BTF func bpf_iter_<name>) snapshot reads
 # Functions the fentry method may attach to (loading/fentry.py): their BTF FUNC ids.
 FENTRY_FUNCS = ["futex_hash", "futex_private_hash", "futex_hash_get", "futex_hash_put",

@@ -17,6 +17,7 @@ from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
 from futextrace.loading.layout import bpf_dir
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
+from futextrace.loading.contention import contention_macros
 
 METHODS = ("fentry", "kprobe", "tracepoint")
 # Per-CPU slots of the lookup cache (64 bytes each): 16 KiB, half of a
@@ -143,7 +144,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     off["BCACHE_BITS"] = off["BCACHE_SLOTS"].bit_length() - 1
     off["ADMIT_EVERY"] = ADMIT_EVERY
     off["RINGBUF_PAGES"] = 256
-    flags = [f"-D{k}={v}" for k, v in off.items()]
+    flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
     if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
         if filters.follow_forks:
@@ -177,7 +178,7 @@ def source_for(method: str) -> str:
     text = (bpf_dir() / name).read_text()
     for header in ("futex_common.h", "kernel_bucket.h"):
         text = text.replace(f'#include "{header}"', (bpf_dir() / header).read_text(), 1)
-    return text
+    return text + "\n" + (bpf_dir() / "contention.h").read_text()   # every method: bucket-lock waits
 
 
 def _tp_btf_id(model) -> int | None:
@@ -201,7 +202,7 @@ class Program:
 
     def __init__(self, model, method: str, filters: Filters | None = None,
                  max_futexes: int | None = None, extra_cflags: list[str] | None = None,
-                 exact_prctl: bool = False, before_counting=None):
+                 exact_prctl: bool = False, before_counting=None, contention: bool = True):
         if method not in METHODS:
             raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
         if os.geteuid() != 0:
@@ -215,7 +216,10 @@ class Program:
         self.filters = filters or Filters()
         self.probes: list[str] = []
         self.fallback_reason: str | None = None   # why the preferred hooks were not used
-        # (attachment fd, program fd) we made ourselves: tp_btf, or the fentry method's trampolines
+        self.contention_fallback: str | None = None   # why the lock tracepoints are not tp_btf
+        self.contention_fds: list[int] = []            # begin and end programs (run statistics)
+        # (attachment fd, program fd) we made ourselves: tp_btf, the fentry method's trampolines,
+        # the lock tracepoints; the counting hook's first where it is one of them
         self._tp_btf: list[tuple[int, int]] = []
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
@@ -263,6 +267,7 @@ class Program:
             self.probes = self._attach_kprobes(model, method)
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
             self.counting_from = (t1_ns, time.monotonic_ns())
+        self.contention = self._attach_contention(model) if contention else "not asked for"
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
 
     def _attach_kprobes(self, model, method: str) -> list[str]:
@@ -331,6 +336,22 @@ class Program:
         self._recompile_with_raw_hook(BPF)
         return self._attach_syscall_hooks(BPF)
 
+    def _attach_contention(self, model) -> str:
+        """lock:contention_begin/end for bucket-lock waits (loading/contention.py);
+        where they cannot be attached the recording goes on without them.
+        Returns how they are attached, or why not."""
+        from futextrace.loading import contention
+        why_not = contention.supported(model)
+        if why_not:
+            return why_not
+        try:
+            probes, self.contention_fallback, self.contention_fds = contention.attach(
+                self._bpf, model, self._tp_btf)
+        except KernelRefused as e:
+            return str(e)
+        self.probes += probes
+        return "attached"
+
     def _recompile_with_raw_hook(self, BPF) -> None:
         """The kernel refused tp_btf, and the first compile left the raw hook
         out: compile again with it (new maps, so the filters again)."""
@@ -345,7 +366,7 @@ class Program:
         (the tp_btf sys_enter hook) detached for the `with` block and attached
         again after, with every map and count kept, so untraced and traced
         runs can alternate without a compile or a load in between."""
-        if self.method != "tracepoint" or not self._tp_btf:
+        if self.method != "tracepoint" or not self._counting_link_first():
             raise EnvironmentProblem("only the tracepoint method's tp_btf hook can be detached and reattached")
         from futextrace.loading import tpbtf
         link, prog = self._tp_btf.pop(0)
@@ -358,6 +379,12 @@ class Program:
             except KernelRefused:
                 os.close(prog)
                 raise
+
+    def _counting_link_first(self) -> bool:
+        """Whether _tp_btf[0] is the hook that counts lookups: fentry's fexit on
+        futex_hash, or the tp_btf sys_enter (not the raw one it falls back to)."""
+        return bool(self._tp_btf) and (self.method == "fentry"
+                                       or (self.method == "tracepoint" and self._tp_btf_id is not None))
 
     def _close_links(self):
         while self._tp_btf:
@@ -374,7 +401,9 @@ class Program:
             return self.counting_until or (0, 0)
         b = self._bpf
         t0 = time.monotonic_ns()
-        if self._tp_btf and self._tp_btf[0][0] >= 0:
+        # The counting hook: tp_btf sys_enter or fentry's fexit come first in _tp_btf
+        # (the lock tracepoints are appended after them); the kprobe method's is a kretprobe.
+        if self._counting_link_first() and self._tp_btf[0][0] >= 0:
             link, prog = self._tp_btf[0]
             os.close(link)
             self._tp_btf[0] = (-1, prog)

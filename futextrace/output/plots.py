@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from futextrace.errors import FileProblem, UsageError
+from futextrace.output.plots_contention import add_lock_wait_axis
 
 PLOT_SUFFIXES = (".png", ".svg")
 SCALE = 1e6   # ops/sec shown in millions
@@ -57,6 +58,7 @@ def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
         if p["requested"] <= 0:
             _reference_line(ax, p["buckets"], p, mark_x=bool(num))
     _axes(ax, points, sweep.get("options", {}), title)
+    add_lock_wait_axis(ax, num)
     fig.tight_layout()
     return save_figure(fig, out)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
 from futextrace.kernel.errnos import errno_name
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
+from futextrace.output.contention import contention_lines
 
 
 def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:
@@ -254,6 +255,7 @@ def render_text(rec: dict, verbose: bool = False) -> str:
             f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
             f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic"]
     shown_pids, folded_pids = {p["pid"] for p in shown}, {p["pid"] for p in folded}
+    out += contention_lines(rec.get("contention"))
     out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose)
     out += _resize_section(rec["resizes"], folded_pids, verbose)
     return "\n".join(out)

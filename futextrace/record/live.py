@@ -12,6 +12,7 @@ import time
 from futextrace.analysis.atomic import installed_at, process_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE, KIND_NAMES, UNKNOWN, total_of, merge_futexes
+from futextrace.record.livewaits import wait_lines
 
 TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
@@ -141,7 +142,7 @@ def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
             lines.append(f"  ... {len(procs) - TOP} more processes")
         if any(p["buckets_touched"] is None for p in procs[:TOP]):
             lines.append(f"  BUCKETS, MAX/MEAN {BUCKET_NOT_VISIBLE}")
-    return lines
+    return lines + wait_lines(row)
 
 
 class IntervalReporter:

@@ -24,6 +24,8 @@ from futextrace.loading.methods import candidates
 from futextrace.record import attachstate, commwatch, filternotes, procevents, startup, targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
+from futextrace.record.livewaits import WaitDeltas
+from futextrace.record.lockwaits import contention_dump, contention_section
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -81,6 +83,7 @@ class Recorder:
         self.events: list[dict] = []
         self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
         self.intervals: list[dict] = self.live.rows
+        self.lock_deltas = WaitDeltas()     # bucket-lock waits per interval (record/livewaits.py)
         self.t0_ns = 0
         self.comms: dict[int, str] = {}
         self._stop = False
@@ -271,6 +274,8 @@ class Recorder:
                             infer_prctl=self._method_facts()["prctl_results"] == "inferred",
                             at_attach=self.attach_state)
         row["read_s"] = round((b - a) / 1e9, 6)
+        row["lock_waits"] = self.lock_deltas.interval(contention_dump(self.program)["lock_waits"],
+                                                      row["interval_s"], self.comms)
         self.live.show(row)
 
     def dump(self) -> dict:
@@ -278,7 +283,8 @@ class Recorder:
         futexes, buckets = self.read_maps()
         return {"counters": self.counters(buckets), "buckets": buckets, "futexes": futexes,
                 "futex_capacity": self.program.max_futexes, "events": self.events,
-                "intervals": self.intervals, "missed_runs": self.missed_runs()}
+                "intervals": self.intervals, "missed_runs": self.missed_runs(),
+                **contention_dump(self.program)}
 
     def _kernel_facts(self) -> dict:
         """The recording's `kernel` section: what the model learned."""
@@ -317,6 +323,7 @@ class Recorder:
             self.comms.setdefault(pid, targets.comm_of(pid))
         raw["hash_at_attach"] = self.attach_state
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
+        rec["contention"] = contention_section(raw, duration, self.comms)
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
         rec["attach_s"] = self.attach_s
         rec["monotonic_start_ns"] = self.t0_ns   # t = 0: lines up a workload's CLOCK_MONOTONIC stamps

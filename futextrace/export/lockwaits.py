@@ -1,0 +1,101 @@
+"""Bucket-lock wait series for `serve`: futextrace_bucket_lock_wait_seconds_total
+and futextrace_bucket_lock_waits_total, labelled pid, comm, cause.
+
+Each read takes the lock_waits map's cumulative rows (bpf/contention.h) and
+adds every bucket's new waits to one cause: `collision` once two or more
+distinct futexes have waited on that bucket since the exporter started,
+`same_futex` while one has, `unknown` while none could be named. Each delta
+goes to exactly one series, so no series goes backwards. Processes are
+bounded as the lookups series are (export/series.py): those SeriesBook
+labels keep their own series, every other process's waits go to
+comm="other" (pid=""). Entries of forgotten processes are deleted from the map.
+"""
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily
+
+from futextrace.analysis.contention import CAUSES
+from futextrace.export.series import OTHER
+
+
+class LockWaitBook:
+    def __init__(self):
+        self.raw: dict[tuple, tuple[int, int]] = {}     # map key -> (waits, ns) high-water
+        self.futexes: dict[tuple, set[int]] = {}        # (tgid, mask, bucket) -> futexes seen
+        self.own: dict[int, dict[str, list[int]]] = {}  # tgid -> cause -> [waits, ns]
+        self.other = {c: [0, 0] for c in CAUSES}
+
+    def update(self, rows: list[dict], labelled: set[int]) -> None:
+        deltas: dict[tuple, list[int]] = {}
+        for r in rows:
+            key = (r["tgid"], r["hash_mask"], r["bucket"], r["uaddr"])
+            w0, n0 = self.raw.get(key, (0, 0))
+            if r["waits"] <= w0 and r["wait_ns"] <= n0:
+                continue
+            self.raw[key] = (max(w0, r["waits"]), max(n0, r["wait_ns"]))
+            self.futexes.setdefault(key[:3], set()).add(r["uaddr"])
+            d = deltas.setdefault(key[:3], [0, 0])
+            d[0] += max(0, r["waits"] - w0)
+            d[1] += max(0, r["wait_ns"] - n0)
+        for bucket, (w, ns) in deltas.items():
+            known = self.futexes[bucket] - {0}
+            cause = "collision" if len(known) >= 2 else "same_futex" if known else "unknown"
+            tgid = bucket[0]
+            into = (self.own.setdefault(tgid, {c: [0, 0] for c in CAUSES}) if tgid in labelled
+                    else self.other)
+            into[cause][0] += w
+            into[cause][1] += ns
+
+    def forget(self, tgids: set[int]) -> None:
+        """Processes the exporter forgot: their series and high-water marks go."""
+        for t in tgids:
+            self.own.pop(t, None)
+        self.raw = {k: v for k, v in self.raw.items() if k[0] not in tgids}
+        self.futexes = {k: v for k, v in self.futexes.items() if k[0] not in tgids}
+
+    def families(self, labelled: set[int], comm_of) -> list:
+        waits = CounterMetricFamily(
+            "futextrace_bucket_lock_waits", "Waits for a private futex hash bucket's lock (its "
+            "spinlock slow path, lock:contention_begin/end), by cause: collision (two or more "
+            "futexes waited on that bucket), same_futex (one futex), unknown (the waiter's futex "
+            "not named); processes bounded as futextrace_lookups", labels=["pid", "comm", "cause"])
+        secs = CounterMetricFamily(
+            "futextrace_bucket_lock_wait_seconds", "Time spent waiting for private futex hash "
+            "bucket locks, by cause as futextrace_bucket_lock_waits", labels=["pid", "comm", "cause"])
+        for tgid in sorted(t for t in self.own if t in labelled):
+            for c in CAUSES:
+                w, ns = self.own[tgid][c]
+                waits.add_metric([str(tgid), comm_of(tgid), c], w)
+                secs.add_metric([str(tgid), comm_of(tgid), c], ns / 1e9)
+        for c in CAUSES:
+            waits.add_metric(["", OTHER, c], self.other[c][0])
+            secs.add_metric(["", OTHER, c], self.other[c][1] / 1e9)
+        return [waits, secs]
+
+
+def delete_forgotten(bcc, tgids: set[int]) -> None:
+    """Drop lock_waits entries of forgotten processes, so the map follows the live ones."""
+    if not tgids:
+        return
+    table = bcc["lock_waits"]
+    for k in [k for k in table.keys() if k.tgid in tgids]:
+        try:
+            del table[k]
+        except KeyError:
+            pass
+
+
+def read_rows(recorder) -> list[dict]:
+    """The lock_waits rows of the recorder's program ([] where not attached)."""
+    program = getattr(recorder, "program", None)
+    if program is None or program.bpf is None or getattr(program, "contention", None) != "attached":
+        return []
+    from futextrace.loading.contention import read_waits
+    return read_waits(program.bpf)
+
+
+def forget(recorder, book: LockWaitBook, tgids: set[int]) -> None:
+    book.forget(tgids)
+    program = getattr(recorder, "program", None)
+    if program is not None and program.bpf is not None and getattr(program, "contention", None) == "attached":
+        delete_forgotten(program.bpf, tgids)

@@ -1,0 +1,39 @@
+"""The `contention` section as text: bucket-lock waits per process and the
+buckets that waited most (analysis/contention.py builds the section)."""
+from __future__ import annotations
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def _us(ns: int) -> str:
+    return f"{ns / 1e3:.1f} us"
+
+
+def contention_lines(c: dict | None, top: int = 5) -> list[str]:
+    if not c:
+        return []
+    head = ["", f"Bucket-lock waits ({c['status']}):"]
+    if not c["status"].startswith("attached"):
+        return head
+    bc = c["by_cause"]
+    out = head + [f"  {c['waits']:,} waits, {_ms(c['wait_ns'])} in {c['window_s']:.2f} s "
+                  f"({c['wait_ms_per_s'] or 0:.3f} ms/s); collision {bc['collision']['waits']:,} waits "
+                  f"{_ms(bc['collision']['wait_ns'])}, same futex {bc['same_futex']['waits']:,} waits "
+                  f"{_ms(bc['same_futex']['wait_ns'])}"
+                  + (f", futex unknown {bc['unknown']['waits']:,}" if bc["unknown"]["waits"] else "")]
+    if c.get("waits_lost"):
+        out.append(f"  {c['waits_lost']:,} waits not stored (lock_waits map full)")
+    for p in c["processes"]:
+        pc = p["by_cause"]
+        out.append(f"  PID {p['pid']} ({p['comm'] or '?'}): {p['waits']:,} waits, {_ms(p['wait_ns'])} "
+                   f"({p['wait_ms_per_s'] or 0:.3f} ms/s): collision {_ms(pc['collision']['wait_ns'])}, "
+                   f"same futex {_ms(pc['same_futex']['wait_ns'])}")
+        out.append(f"    {'bucket':>10} {'waits':>9} {'total':>12} {'max':>10}  cause       futexes")
+        for b in p["buckets"][:top]:
+            futexes = ", ".join(f"{f['uaddr'] or 'unknown'} ({f['waits']:,})" for f in b["futexes"][:4])
+            out.append(f"    {b['bucket']:>5}/{b['buckets']:<4} {b['waits']:>9,} {_ms(b['wait_ns']):>12} "
+                       f"{_us(b['max_ns']):>10}  {b['cause']:<11} {futexes}")
+    out.append("  cannot see: " + "; ".join(c.get("blind_spots", [])))
+    return out

@@ -1,0 +1,61 @@
+"""Bucket-lock waits in the live view (`record -i`): per interval, wait time
+per second in all, by cause and per process, and the buckets that waited most.
+The cause of a bucket is as in the recording (analysis/contention.py), over
+everything seen since the start: collision once two futexes have waited on it."""
+from __future__ import annotations
+
+from futextrace.analysis.contention import CAUSES
+
+TOP_BUCKETS = 3
+
+
+class WaitDeltas:
+    def __init__(self):
+        self.prev: dict[tuple, tuple[int, int]] = {}     # map key -> (waits, ns)
+        self.futexes: dict[tuple, set[int]] = {}          # (tgid, mask, bucket) -> futexes seen
+
+    def interval(self, rows: list[dict], span: float, comms: dict[int, str]) -> dict:
+        """The `lock_waits` part of an interval row (docs/json-schema.md, intervals)."""
+        per_bucket: dict[tuple, list[int]] = {}
+        for r in rows:
+            key = (r["tgid"], r["hash_mask"], r["bucket"], r["uaddr"])
+            w0, n0 = self.prev.get(key, (0, 0))
+            self.prev[key] = (r["waits"], r["wait_ns"])
+            self.futexes.setdefault(key[:3], set()).add(r["uaddr"])
+            if r["waits"] > w0:
+                d = per_bucket.setdefault(key[:3], [0, 0])
+                d[0] += r["waits"] - w0
+                d[1] += r["wait_ns"] - n0
+        per_s = (lambda ns: round(ns / 1e6 / span, 3)) if span > 0 else (lambda ns: None)
+        causes = {c: 0 for c in CAUSES}
+        procs: dict[int, int] = {}
+        buckets = []
+        for (tgid, mask, bucket), (w, ns) in per_bucket.items():
+            known = self.futexes[(tgid, mask, bucket)] - {0}
+            cause = "collision" if len(known) >= 2 else "same_futex" if known else "unknown"
+            causes[cause] += ns
+            procs[tgid] = procs.get(tgid, 0) + ns
+            buckets.append({"pid": tgid, "bucket": bucket, "buckets": mask + 1, "waits": w,
+                            "wait_ms_per_s": per_s(ns), "cause": cause, "_ns": ns})
+        buckets.sort(key=lambda b: -b["_ns"])
+        for b in buckets:
+            del b["_ns"]
+        return {"waits": sum(w for w, _ in per_bucket.values()),
+                "wait_ms_per_s": per_s(sum(ns for _, ns in per_bucket.values())),
+                "by_cause_ms_per_s": {c: per_s(ns) for c, ns in causes.items()},
+                "processes": [{"pid": t, "comm": comms.get(t, "?"), "wait_ms_per_s": per_s(ns)}
+                              for t, ns in sorted(procs.items(), key=lambda kv: -kv[1])],
+                "top_buckets": buckets[:TOP_BUCKETS]}
+
+
+def wait_lines(row: dict) -> list[str]:
+    lw = row.get("lock_waits")
+    if not lw or not lw["waits"]:
+        return []
+    c = lw["by_cause_ms_per_s"]
+    lines = [f"  bucket-lock waits {lw['waits']:,} ({lw['wait_ms_per_s']} ms/s: collision {c['collision']}, "
+             f"same futex {c['same_futex']})"
+             + "".join(f"  {p['pid']} {p['comm'][:16]} {p['wait_ms_per_s']} ms/s" for p in lw["processes"][:3])]
+    lines += [f"    bucket {b['bucket']}/{b['buckets']} of {b['pid']}: {b['waits']:,} waits, "
+              f"{b['wait_ms_per_s']} ms/s, {b['cause']}" for b in lw["top_buckets"]]
+    return lines
