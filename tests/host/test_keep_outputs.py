@@ -69,7 +69,9 @@ def test_ctrl_c_during_start_up_keeps_the_files(keep):
     """SIGINT while the programs compile (before anything is recorded)."""
     p = subprocess.Popen([*FT, "record", "-q", "--json", str(keep["json"]), "--jsonl", str(keep["jsonl"]),
                           "-i", "1", "--", "sleep", "30"], cwd=REPO,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         # a full compile (no program cache): the attach is seconds away, not a race
+                         env={**os.environ, "FUTEXTRACE_NO_PROG_CACHE": "1"})
     time.sleep(1.0)   # imports done, compiling or loading the model: well before the attach
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=limit(120))
