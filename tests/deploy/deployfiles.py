@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shlex
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +56,12 @@ def unit_value(key: str, section: str = "Service", path: Path = UNIT) -> str:
     values = [v for k, v in unit_entries(path)[section] if k == key]
     assert len(values) == 1, f"{key}= appears {len(values)} times in [{section}]"
     return values[0]
+
+
+def unit_environment(path: Path = UNIT) -> dict[str, str]:
+    """The unit's Environment= assignments."""
+    pairs = [shlex.split(v) for k, v in unit_entries(path)["Service"] if k == "Environment"]
+    return dict(a.split("=", 1) for words in pairs for a in words)
 
 
 def unit_capabilities(path: Path = UNIT) -> list[str]:

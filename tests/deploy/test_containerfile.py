@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployfiles import INSTALL_DIR, REPO, containerfile_instructions, dockerignore_excludes
+from tests.deploy.deployfiles import (INSTALL_DIR, REPO, containerfile_instructions, dockerignore_excludes,
+                                     unit_environment)
 
 # The commands the RUN may use besides bootstrap.sh: link the header tree, clean up.
 HOUSEKEEPING = {"ln", "rm"}
@@ -88,3 +89,9 @@ def test_header_step_gives_bcc_a_tree(tmp_path):
     running_build = Path("/lib/modules") / os.uname().release / "build"
     if not headers._usable(running_build):      # the image has no /lib/modules: it merges into its cache
         assert tree.is_relative_to(cache), out
+
+
+def test_image_environment_matches_the_unit():
+    """What the unit sets for the exporter's process, the image sets too."""
+    image_env = dict(e.split("=", 1) for e in instructions("ENV"))
+    assert unit_environment() and unit_environment().items() <= image_env.items()

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployfiles import INSTALL_DIR, REPO, UNIT, unit_capabilities, unit_entries, unit_value
+from tests.deploy.deployfiles import (INSTALL_DIR, REPO, UNIT, unit_capabilities, unit_entries, unit_environment,
+                                     unit_value)
 from tests.host.conftest import bpf_missing, programs_left, wait_until
 from tests.host.test_serve import progs_held_by
 
@@ -132,6 +133,7 @@ def environment(cache: Path) -> dict[str, str]:
     assert tree is not None, "no kernel header tree: run scripts/bootstrap.sh"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(FUTEXTRACE_CACHE=str(cache), BCC_KERNEL_SOURCE=str(tree.path))
+    env.update(unit_environment())
     return env
 
 
