@@ -195,7 +195,7 @@ def without_topology(model: dict) -> dict:
     return {k: v for k, v in model.items() if k != "topology"}   # re-read on every start
 
 
-def apply(marks):
+def with_marks(marks):
     def wrap(fn):
         for m in marks:
             fn = m(fn)
@@ -203,7 +203,7 @@ def apply(marks):
     return wrap
 
 
-@apply(needs_root_bpf)
+@with_marks(needs_root_bpf)
 def test_exec_start_serves_with_exactly_the_units_capabilities(full_run):
     run = full_run
     assert run.serving, run.err.read_text()
@@ -229,7 +229,7 @@ def test_exec_start_serves_with_exactly_the_units_capabilities(full_run):
     assert not programs_left(run.ours), "programs still loaded after SIGTERM"
 
 
-@apply(needs_root_bpf)
+@with_marks(needs_root_bpf)
 @pytest.mark.parametrize("dropped", unit_capabilities())
 def test_each_capability_is_needed(dropped, full_run, tmp_path):
     """Without any one of the unit's capabilities `serve` fails with an error, or
