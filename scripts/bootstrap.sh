@@ -24,6 +24,9 @@ pkgs=(python3-bpfcc python3-venv bpftool linux-headers-amd64 gcc libc6-dev linux
 [ $want_vm = 1 ] && pkgs+=(prometheus)
 # The HTML report's test renders it in a real headless browser.
 [ $want_vm = 1 ] && pkgs+=(chromium)
+# tests/deploy: systemd-analyze verifies the unit (systemd: on any Debian 12 host, not in
+# a container); setpriv (util-linux, essential) runs its ExecStart with its capabilities.
+[ $want_vm = 1 ] && pkgs+=(systemd)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -4,7 +4,11 @@ Building it (model.load) reads BTF, kallsyms and the boot log and runs a clone
 probe: 1.3-2.7 s measured on the 2-CPU build machines, most of `record`'s start.
 None of it changes until the next boot or another kernel BTF, so one copy is
 kept under $FUTEXTRACE_CACHE/model, keyed by the boot id, a hash of
-/sys/kernel/btf/vmlinux and of the code that builds the model. The CPU
+/sys/kernel/btf/vmlinux and of the code that builds the model, and by what
+this process may see: kallsyms addresses and the boot log depend on its
+capabilities (CAP_SYSLOG) and on kptr_restrict, perf_event_paranoid and
+dmesg_restrict, so a service with fewer capabilities than root (the systemd
+unit) neither reads nor leaves a model that lacks them for the other. The CPU
 topology (hotplug) is read fresh every time.
 """
 from __future__ import annotations
@@ -20,6 +24,9 @@ from futextrace.kernel import model as kmodel
 from futextrace.kernel import topology
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+# What decides whether kallsyms shows addresses and dmesg can be read.
+VISIBILITY = ("/proc/sys/kernel/kptr_restrict", "/proc/sys/kernel/perf_event_paranoid",
+              "/proc/sys/kernel/dmesg_restrict")
 KEEP = 16   # models kept (one per boot and kernel: VM guests add theirs); older ones go
 # Modules whose code decides what the model holds: a change to them is a new key.
 _MODEL_CODE = ("model.py", "btf.py", "kallsyms.py", "topology.py", "jhash.py")
@@ -29,13 +36,27 @@ def cache_dir() -> Path:
     return Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace")) / "model"
 
 
+def _visibility() -> bytes:
+    """This process's effective capabilities and the sysctls that hide kernel addresses."""
+    caps = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("CapEff:")]
+    values = []
+    for path in VISIBILITY:
+        try:
+            values.append(Path(path).read_text().strip())
+        except OSError:
+            values.append("?")
+    return "\n".join(caps + values).encode()
+
+
 def cache_key(btf_path: str = kmodel.VMLINUX_BTF) -> str | None:
-    """sha256 of (boot id, BTF, model code, version); None when one is unreadable."""
+    """sha256 of (boot id, BTF, model code, version, what this process may see);
+    None when one is unreadable."""
     h = hashlib.sha256(__version__.encode())
     here = Path(__file__).parent
     try:
         h.update(BOOT_ID.read_bytes())
         h.update(Path(btf_path).read_bytes())
+        h.update(_visibility())
         for name in _MODEL_CODE:
             h.update((here / name).read_bytes())
     except OSError:
