@@ -349,6 +349,16 @@ static __always_inline int flush_to_futexes(struct cache_slot *cs)
 	if (!st)
 		st = futexes.lookup(&cs->key);   /* lost a race to another insert? */
 	if (st) {
+		/* An insert fills only the inserting CPU's copy and zeroes the
+		 * others: a futex flushed here first since then (its thread
+		 * migrated) gets its bucket fields now, or user space would file
+		 * these lookups under bucket 0. */
+		if (!st->lookups) {
+			st->bucket = cs->st.bucket;
+			st->node = cs->st.node;
+			st->hash_mask = cs->st.hash_mask;
+			st->kernel_bucket = cs->st.kernel_bucket;
+		}
 		st->lookups += cs->st.lookups;
 		st->atomic_lookups += cs->st.atomic_lookups;
 		return 1;

@@ -54,7 +54,8 @@ echo $rc > {out}/status.tmp && mv {out}/status.tmp {out}/status
 # Everything under QEMU/TCG is slow; FUTEXTRACE_VM_TESTS=tests/host runs all.
 GUEST_TESTS = ("tests/host/test_guest_smoke.py tests/host/test_doctor.py tests/host/test_record.py "
                "tests/host/test_explain.py tests/host/test_fidelity.py tests/host/test_pi_refcount.py "
-               "tests/host/test_attach_state.py tests/host/test_progcache.py tests/host/test_contention.py")
+               "tests/host/test_attach_state.py tests/host/test_progcache.py tests/host/test_contention.py "
+               "tests/host/test_migrate.py")
 GUEST_TESTS += " tests/host/test_serve_guest.py" if os.environ.get("FUTEXTRACE_VM_SERVE") else ""  # opt-in
 
 # Tests of the host list whose outcome does not depend on the kernel (the CLI's
