@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from futextrace.analysis.whatif import HOT_SHARE, full_hash
+from futextrace.output import plots_lockwaits
 from futextrace.output.plots import _pyplot
 from futextrace.output.plots_common import (MAX_PANELS, add_footnote, fold_threshold, footnote_text,
                                             pid_names, save, who)
@@ -206,18 +207,24 @@ def figure_buckets(rec: dict):
     names = pid_names(rec)
     drawn, folded = _panels(rec, names)
     n = max(1, len(drawn))
-    fig = plt.figure(figsize=(10, 2.9 * n + 1.0), dpi=110, layout="constrained")
-    fig.suptitle("Futex hash: lookups per bucket, in bucket order, stacked by futex", fontweight="bold")
-    grid = fig.add_gridspec(2 * n, 1, height_ratios=[4, 1.3] * n)
+    waits = plots_lockwaits.wanted(rec)
+    rows = [4, 1.3, 1.2] if waits else [4, 1.3]
+    fig = plt.figure(figsize=(10, (3.8 if waits else 2.9) * n + 1.0), dpi=110, layout="constrained")
+    fig.suptitle("Futex hash: lookups per bucket, in bucket order, stacked by futex"
+                 + (", and bucket-lock waits" if waits else ""), fontweight="bold")
+    grid = fig.add_gridspec(len(rows) * n, 1, height_ratios=rows * n)
     if not drawn:
         ax = fig.add_subplot(grid[:, 0])
         ax.text(0.5, 0.5, f"no hash with at least {fold_threshold(rec):,} lookups in a known bucket",
                 ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
     for i, (p, h) in enumerate(drawn):
-        ax = fig.add_subplot(grid[2 * i, 0])
-        strip = fig.add_subplot(grid[2 * i + 1, 0], sharex=ax)
+        ax = fig.add_subplot(grid[len(rows) * i, 0])
+        strip = fig.add_subplot(grid[len(rows) * i + 1, 0], sharex=ax)
         _panel(rec, names, p, h, ax, strip)
+        if waits:
+            plots_lockwaits.draw(rec, p, h, fig.add_subplot(grid[len(rows) * i + 2, 0], sharex=ax),
+                                 int(ax.get_xlim()[1] + 0.5))
     add_footnote(fig, footnote_text(f"Not drawn (under {fold_threshold(rec):,} lookups, or beyond the "
                                     f"{MAX_PANELS} busiest):", folded))
     return fig

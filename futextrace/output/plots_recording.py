@@ -21,7 +21,10 @@ PICTURES = {
     "buckets.png": (plot_buckets, "Lookups per bucket of each busy hash, in bucket order. Each bar is "
                     "stacked by futex: the busiest futexes coloured, every other lookup grey. One tall "
                     "bar of one colour is a hot futex (more buckets will not help); a bar of several "
-                    "colours, or a red mark underneath, is futexes sharing a bucket (more buckets may)."),
+                    "colours, or a red mark underneath, is futexes sharing a bucket (more buckets may). "
+                    "Where the recording measured bucket-lock waits, a third strip shows the wait time "
+                    "per bucket, red where colliding futexes waited, blue where one futex did: "
+                    "what the sharing actually cost."),
     "cpus.png": (plot_cpus, "Lookups per CPU: private hash (blue) and global hash (orange) stacked, "
                  "with the private lookups made while a resize was pending (atomic refcount) hatched."),
     "resizes.png": (plot_resizes, "Each process's private hash size over time, from the hash at attach "

@@ -264,3 +264,53 @@ def test_bucket_time_heat_map():
         assert "record with -i" in " ".join(t for t, _ in _texts(fig))
     finally:
         _close(fig)
+
+
+def _with_lock_waits(rec: dict) -> tuple[dict, int, int]:
+    """The busiest process waited 2.5 ms on its hot futex's bucket (one futex)
+    and 0.75 ms on another bucket where two futexes collided; bucket numbers
+    from the tests' own jhash2."""
+    hot = synthetic.ref.private_bucket(synthetic.HOT_ADDR, synthetic.BUSY_BUCKETS - 1)
+    other = (hot + 5) % synthetic.BUSY_BUCKETS
+    buckets = [{"bucket": hot, "buckets": synthetic.BUSY_BUCKETS, "waits": 40, "wait_ns": 2_500_000,
+                "max_ns": 90_000, "cause": "same_futex", "futexes": []},
+               {"bucket": other, "buckets": synthetic.BUSY_BUCKETS, "waits": 9, "wait_ns": 750_000,
+                "max_ns": 20_000, "cause": "collision", "futexes": []}]
+    pid = rec["processes"][0]["pid"]
+    rec["contention"] = {"status": "attached (tp_btf)", "window_s": rec["duration_s"], "waits": 49,
+                         "wait_ns": 3_250_000, "processes": [{"pid": pid, "comm": "worker-0", "waits": 49,
+                                                              "wait_ns": 3_250_000, "buckets_waited": 3,
+                                                              "buckets": buckets}]}
+    return rec, hot, other
+
+
+@pytest.mark.parametrize("procs", [1, 5])
+def test_buckets_lock_waits_beside_lookups(procs):
+    rec, hot, other = _with_lock_waits(synthetic.recording(procs, 2, 0))
+    fig = figure_buckets(rec)
+    try:
+        assert_no_overlap(fig)
+        strips = [ax for ax in fig.axes if ax.get_ylabel() == "lock wait ms"]
+        assert len(strips) == 1
+        bars = {round(p.get_x() + p.get_width() / 2): (p.get_height(), p.get_facecolor()[:3])
+                for p in strips[0].patches}
+        assert set(bars) == {hot, other}
+        assert bars[hot][0] == pytest.approx(2.5) and bars[other][0] == pytest.approx(0.75)
+        assert bars[hot][1] != bars[other][1]          # causes told apart by colour
+        assert strips[0].get_ylim()[0] == 0
+        assert "1 more bucket waited less" in strips[0].get_xlabel()
+        texts = " ".join(t for t, _ in _texts(fig))
+        if procs > 1:
+            assert "no bucket-lock waits measured" in texts     # the others' panels say so
+    finally:
+        _close(fig)
+
+
+def test_buckets_no_lock_strip_when_not_measured():
+    rec = synthetic.recording(1, 2, 0)
+    fig = figure_buckets(rec)
+    try:
+        assert not [ax for ax in fig.axes if ax.get_ylabel() == "lock wait ms"]
+        assert "bucket-lock" not in " ".join(t for t, _ in _texts(fig))
+    finally:
+        _close(fig)
