@@ -33,6 +33,10 @@ BPF_F_TABLE("array", u32, struct cache_slot, fcache, FCACHE_SLOTS * NR_CPU_IDS, 
 /* Beside it, per CPU, the per-bucket cache: direct-mapped, BCACHE_SLOTS slots
  * per CPU, CPU n's at [n * BCACHE_SLOTS]; memory-mapped by user space too. */
 BPF_F_TABLE("array", u32, struct bcache_slot, bcache, BCACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
+/* The first-seen filter (see futextrace.h): 2^SEEN_WORDS_LOG2 words shared by
+ * all CPUs, set once per futex and read on lookup-cache misses only.
+ * Memory-mapped by user space, which reads its fill for the error bound. */
+BPF_F_TABLE("array", u32, u64, seen, 1 << SEEN_WORDS_LOG2, BPF_F_MMAPABLE_);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 /* Traced processes that have exited (their main thread): a lookup-cache way
  * filled before the latest exit may hold a futex nobody will use again, so a
@@ -297,6 +301,7 @@ static __always_inline void add_bucket_stat(struct bucket_stat *bs, struct bucke
 	bs->lookups += add->lookups;
 	bs->atomic_lookups += add->atomic_lookups;
 	bs->kernel_checked += add->kernel_checked;
+	bs->unlisted += add->unlisted;
 }
 
 /* The exact counts' map: `add` added to its bucket in `buckets`, inserted
@@ -335,15 +340,22 @@ static __always_inline void slot_bucket(struct cache_slot *cs, struct bucket_key
 	add->lookups = cs->st.lookups;
 	add->atomic_lookups = cs->st.atomic_lookups;
 	add->kernel_checked = cs->st.kernel_bucket != ~0U ? cs->st.lookups : 0;
+	add->unlisted = 0;
 }
 
-/* The per-futex list: a slot's counts added to its futex in `futexes` while
- * the map has room (0: full, counted nowhere here). */
-static __always_inline int flush_to_futexes(struct cache_slot *cs)
+/* The per-futex list: a slot's counts added to its futex in `futexes` (0:
+ * not there, counted nowhere here). Only a futex's first lookup (the
+ * first-seen filter's) may insert it: a futex the full list turned away then
+ * is already counted per bucket as unlisted, and a later insert (another
+ * CPU's full flag not yet set, or the kernel's approximate count letting it
+ * in) would count it twice. */
+static __always_inline int flush_to_futexes(struct cache_slot *cs, int may_insert)
 {
-	if (flag_set(FTC_FUTEXES_FULL))
+	if (may_insert && flag_set(FTC_FUTEXES_FULL))
 		return 0;
 	struct futex_stat *st = futexes.lookup(&cs->key);
+	if (!st && !may_insert)
+		return 0;
 	if (!st && futexes.insert(&cs->key, &cs->st) == 0)
 		return 1;
 	if (!st)
@@ -397,17 +409,20 @@ static __always_inline struct bcache_slot *bcache_slot(u32 i, u64 w0, u64 w1, u6
 		b->st.lookups = 0;
 		b->st.atomic_lookups = 0;
 		b->st.kernel_checked = 0;
+		b->st.unlisted = 0;
 	}
 	return b;
 }
 
 /* A slot's counts added up in the per-bucket cache: an array slot, no map
- * update. */
-static __always_inline void flush_to_bcache(struct cache_slot *cs)
+ * update. `unlisted`: 1 for a futex's first lookup that the per-futex list
+ * could not take. */
+static __always_inline void flush_to_bcache(struct cache_slot *cs, u32 unlisted)
 {
 	struct bucket_key bk;
 	struct bucket_stat add;
 	slot_bucket(cs, &bk, &add);
+	add.unlisted = unlisted;
 	u64 *w = (u64 *)&bk;
 	struct bcache_slot *b = bcache_slot(bslot_of(bk.tgid, bk.kind, bk.hash_mask, bk.node, bk.bucket),
 					    w[0], w[1], w[2]);
@@ -427,9 +442,39 @@ static __always_inline void flush_to_bcache(struct cache_slot *cs)
  * thus in the per-bucket counts only: the per-futex list keeps the hot ones. */
 static __always_inline void flush_slot(struct cache_slot *cs)
 {
-	if (cs->st.lookups > 1 && flush_to_futexes(cs))
+	if (cs->st.lookups > 1 && flush_to_futexes(cs, 0))
 		return;
-	flush_to_bcache(cs);
+	flush_to_bcache(cs, 0);
+}
+
+/*
+ * The first-seen filter: 1 when no lookup of this futex (process, hash
+ * instance, address) set all its SEEN_K bits before, and they are set now.
+ * A key whose bits others happen to have set is taken as seen (a false
+ * positive): user space bounds how often from the filter's fill. Two CPUs
+ * seeing one new futex at once may both answer 1; the list keeps one entry.
+ */
+static __always_inline u32 first_seen(struct futex_stat_key *key)
+{
+	u64 x = key->uaddr + key->tgid * 0x9E3779B97F4A7C15ULL +
+		(key->hash_mask | ((u64)key->kind << 32)) * 0xC2B2AE3D27D4EB4FULL;
+	x ^= x >> 33;                     /* murmur3's fmix64: every bit mixed */
+	x *= 0xFF51AFD7ED558CCDULL;
+	x ^= x >> 33;
+	x *= 0xC4CEB9FE1A85EC53ULL;
+	x ^= x >> 33;
+	u32 w = x >> (64 - SEEN_WORDS_LOG2);
+	u64 *word = seen.lookup(&w);
+	if (!word)
+		return 0;
+	u64 bits = 0;
+#pragma unroll
+	for (int i = 0; i < SEEN_K; i++)
+		bits |= 1ULL << ((x >> (6 * i)) & 63);
+	if ((*word & bits) == bits)
+		return 0;
+	*word |= bits;
+	return 1;
 }
 
 /* The key as three words (it has no padding holes: see futextrace.h), so a
@@ -562,6 +607,17 @@ static __always_inline void fill_slot(struct cache_slot *cs, struct futex_stat_k
 	cs->st.kernel_bucket = kernel_bucket;
 }
 
+/* A futex's first lookup: to the per-futex list, or when it is full to the
+ * bucket, as one more futex the list does not hold. */
+static __always_inline void count_first(struct futex_stat_key *key, u32 atomic, u32 bucket,
+					s32 bnode, u32 kernel_bucket)
+{
+	struct cache_slot cs;
+	fill_slot(&cs, key, atomic, bucket, bnode, kernel_bucket, 0);
+	if (!flush_to_futexes(&cs, 1))
+		flush_to_bcache(&cs, 1);
+}
+
 static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask, u32 hstate,
 					   u64 uaddr, int flags_private, s32 node,
 					   u32 kernel_bucket, s32 kernel_node)
@@ -594,6 +650,10 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask
 	if (slot_hit(a, &key, atomic) || slot_hit(b, &key, atomic))
 		return;
 #endif
+	if (first_seen(&key)) {
+		count_first(&key, atomic, bucket, bnode, kernel_bucket);
+		return;
+	}
 	/* Miss: take an empty way, or one filled before a process exited; else
 	 * the stream path, or (when it admits the futex) evict the way with
 	 * fewer lookups. */
@@ -627,12 +687,14 @@ static __always_inline void account_direct(u32 tgid, u64 hash, u32 hmask, u32 hs
 	classify(&key, &atomic, hash, hmask, hstate, flags_private, node);
 	bucket_of(&key, 0, node, &bucket, &bnode);
 	fill_slot(&cs, &key, atomic, bucket, bnode, ~0, 0);
+	u32 first = first_seen(&key);
 	/* Straight to the maps: the per-bucket cache's branches, too, would
 	 * multiply the verifier's states per entry. */
-	if (!flush_to_futexes(&cs)) {
+	if (!flush_to_futexes(&cs, first)) {
 		struct bucket_key bk;
 		struct bucket_stat add;
 		slot_bucket(&cs, &bk, &add);
+		add.unlisted = first;
 		add_to_buckets(&bk, &add);
 	}
 }

@@ -62,12 +62,20 @@ struct bucket_stat {
 	u64 lookups;
 	u64 atomic_lookups;   /* lookups while the private hash ref was in atomic mode */
 	u64 kernel_checked;   /* kprobe method: lookups whose bucket the kernel also returned */
+	u64 unlisted;         /* futexes first seen (the `seen` filter) in this bucket that
+	                       * the per-futex list could not take (full): distinct futexes
+	                       * of a bucket = its entries in `futexes` + these */
 };
 
 /* Per-futex detail, bounded: one entry per futex (per process, per hash
  * instance) until the map `futexes` is full, then no more inserts (see
- * FTC_FUTEXES_FULL); user space reports what the list misses. A per-CPU hash
- * so the traced hot path shares no cache line.
+ * FTC_FUTEXES_FULL). Each futex enters it at its first lookup, which the
+ * first-seen filter `seen` tells apart (a Bloom filter: SEEN_K bits of one
+ * 64-bit word per key), so the list holds every futex while it has room, and
+ * beyond it the buckets count the rest (bucket_stat.unlisted). Its lookup
+ * counts are the first lookup and those of evicted lookup-cache slots with
+ * more than one: lower bounds; the exact lookups are per bucket. A per-CPU
+ * hash so the traced hot path shares no cache line.
  * Three 8-byte words with no holes: the cache compares it word by word. */
 struct futex_stat_key {
 	u32 tgid;
@@ -104,7 +112,6 @@ struct bcache_slot {
 	struct bucket_key key;
 	struct bucket_stat st;
 	u64 misses;           /* lookup-cache misses counted here: every ADMIT_EVERY-th is admitted */
-	u64 pad;
 };
 
 /* Events sent through the ring buffer (slow path only). */

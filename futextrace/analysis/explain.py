@@ -397,10 +397,15 @@ def _whatif(pid: int, rec: dict) -> dict | None:
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), None)
     if not proc or not proc.get("futex_list"):
         return None
-    # Lookups counted exactly per bucket but missing from the bounded per-futex list.
-    missed = sum((h.get("futex_detail") or {}).get("lookups_missed", 0) for h in proc.get("hashes", []))
+    # Futexes counted per bucket by the first-seen filter, beyond the bounded
+    # per-futex list (recordings before the filter: the lookups it missed).
+    details = [h.get("futex_detail") or {} for h in proc.get("hashes", [])]
+    unlisted = sum(d.get("futexes_unlisted", 0) for d in details)
+    missed = sum(d.get("lookups_missed", 0) for d in details)
     unattributed = (rec.get("totals") or {}).get("unattributed_causes", {}).get("map_full")
-    notes = [f"{missed:,} lookups of this process are beyond the per-futex list (it was full): "
+    notes = [f"{unlisted:,} futexes of this process are beyond the per-futex list (it was full): "
+             "they are not in the table" if unlisted else "",
+             f"{missed:,} lookups of this process are beyond the per-futex list (it was full): "
              "their futexes are not in the table" if missed else "",
              f"{unattributed:,} lookups were not attributed at all (map full): not in the table"
              if unattributed else ""]

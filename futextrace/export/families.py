@@ -40,12 +40,13 @@ def _process_gauges(reading: Reading, book: SeriesBook):
         ("futextrace_buckets_used", "Buckets of the process's busiest private hash that got any "
          "lookup, since start", "buckets_used"),
         ("futextrace_bucket_collisions", "Futexes sharing a bucket with another futex in the "
-         "process's busiest private hash (sum of futexes - 1 over buckets), since start; a lower "
-         "bound when futextrace_futex_list_missed_lookups > 0", "collisions"),
+         "process's busiest private hash (sum of futexes - 1 over buckets), since start; an estimate "
+         "within futextrace_futexes_error_percent when that is above 0", "collisions"),
         ("futextrace_futexes", "Distinct futexes seen in the process's busiest private hash, "
-         "since start; a lower bound when futextrace_futexes_max is larger", "futexes"),
-        ("futextrace_futexes_max", "Upper bound of futextrace_futexes: the per-futex list is bounded "
-         "and each lookup it missed may be one more futex", "futexes_max"),
+         "since start; an estimate within futextrace_futexes_error_percent when that is above 0", "futexes"),
+        ("futextrace_futexes_error_percent", "Error bound (±, percent) of futextrace_futexes and "
+         "futextrace_bucket_collisions: 0 when exact; above 0 when futexes beyond the per-futex list "
+         "are counted by the first-seen filter, which may take a new futex as seen", "futexes_error_pct"),
         ("futextrace_hash_pending_buckets", "Buckets of a replacement hash waiting for its pivot "
          "(0: none); the process's refcounts are atomic meanwhile", "pending_buckets"),
         ("futextrace_atomic_refcount_seconds", "Time the process had a replacement hash pending "
@@ -83,10 +84,10 @@ def _kernel_counters(reading: Reading, hw: HighWater):
     for (trigger, result), v in sorted(reading.resizes.items()):
         rs.add_metric([trigger, result], hw.update(("resize", trigger, result), v))
     out = [rc, rs]
-    out.append(GaugeMetricFamily("futextrace_futex_list_missed_lookups", "Lookups (all processes) "
-                                 "the bounded per-futex list does not hold: futex counts and figures "
-                                 "made from them are bounds; bucket and process counts stay exact",
-                                 value=reading.futex_list_missed))
+    out.append(GaugeMetricFamily("futextrace_futexes_unlisted", "Futexes (all processes) beyond the "
+                                 "bounded per-futex list: counted per bucket by the first-seen filter, "
+                                 "without addresses; bucket and process counts stay exact",
+                                 value=reading.futexes_unlisted))
     helps = {"unattributed_lookups": "Lookups counted but not attributed to a bucket: the buckets map "
                                      "was full",
              "lost_events": "Events lost because the ring buffer was full",

@@ -28,9 +28,10 @@ class ProcessReading:
     max_over_mean: float | None = None  # busiest private hash, all buckets
     buckets_used: int | None = None
     collisions: int | None = None       # futexes sharing a bucket with another
-    futexes: int | None = None          # distinct futexes in that hash (a lower bound when
-                                        # the per-futex list missed lookups of it)
-    futexes_max: int | None = None      # ... and its upper bound (= futexes when exact)
+    futexes: int | None = None          # distinct futexes in that hash (an estimate when
+                                        # futexes_error_pct > 0)
+    futexes_error_pct: float | None = None  # ± of futexes and collisions, percent (0: exact)
+    futexes_unlisted: int = 0           # of them, beyond the per-futex list
     pending_buckets: int | None = None  # a replacement waiting for its pivot (0: none)
     atomic_seconds: float | None = None # time with one pending (refcounts atomic), since start
     atomic_lookups: int | None = None   # private lookups made in atomic mode, since start
@@ -47,7 +48,7 @@ class Reading:
     resizes_pending: int = 0
     global_buckets: int = 0
     info: dict[str, str] = field(default_factory=dict)
-    futex_list_missed: int = 0          # lookups the bounded per-futex list does not hold
+    futexes_unlisted: int = 0           # futexes beyond the per-futex list, all processes
 
 
 def result_name(result) -> str:
@@ -84,9 +85,12 @@ def _process(proc: dict, states: dict[int, dict], costs: dict[int, dict]) -> Pro
         h = private[0]   # busiest first
         p.max_over_mean = h["imbalance"]["max_over_mean"]
         p.buckets_used = h["imbalance"]["used"]
-        p.collisions = h["collisions"]
-        p.futexes = h["distinct_futexes"]
-        p.futexes_max = h.get("estimates", {}).get("distinct_futexes", {}).get("high", p.futexes)
+        est = h.get("estimates") or {}
+        p.collisions = est["collisions"]["value"] if "value" in est.get("collisions", {}) else h["collisions"]
+        p.futexes = est["distinct_futexes"]["value"] if "value" in est.get("distinct_futexes", {}) \
+            else h["distinct_futexes"]
+        p.futexes_error_pct = est.get("distinct_futexes", {}).get("error_pct", 0.0)
+        p.futexes_unlisted = h.get("futexes_unlisted", h.get("futex_detail", {}).get("futexes_unlisted", 0))
     cost = costs.get(proc["pid"])
     if cost is not None:
         p.pending_buckets = cost["pending"]["buckets"] if cost["pending"] else 0
@@ -110,7 +114,7 @@ def from_recording(rec: dict) -> Reading:
     t = rec["totals"]
     r.totals = {name: int(t.get(field_, 0)) for field_, name in TOTAL_COUNTERS.items()}
     r.lookups = {"private": int(t.get("private", 0)), "global": int(t.get("global", 0))}
-    r.futex_list_missed = int(t.get("futex_list", {}).get("lookups_missed", 0))
+    r.futexes_unlisted = sum(p.futexes_unlisted for p in r.processes.values())
     rc = rec["refcount"]
     r.refcount_source = "inferred" if rc["source"].startswith("inferred") else "measured"
     r.refcount = {(op, path): int(rc[f"{op}_{path}"]) for op in ("get", "put") for path in ("percpu", "atomic")}

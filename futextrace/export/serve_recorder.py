@@ -86,7 +86,8 @@ class ServeRecorder(BatchRecorder):
         keys, stats = self._delete_forgotten(table, kb, keys, stats)
         self._map_rows = _bucket_rows_of(keys, stats)   # the map's share of the exact counts
         ck, cs = self._cache_arrays(kd, sd, ncpu)
-        return np.concatenate([keys, ck]), np.concatenate([stats, cs])
+        listed = _in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
+        return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
 
     def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
@@ -126,8 +127,7 @@ class ServeRecorder(BatchRecorder):
         return keys[~gone], stats[~gone]
 
     def bucket_rows(self) -> list[tuple]:
-        """The exact per-bucket counts as (tgid, kind, hash_mask, bucket,
-        lookups, atomic): the `buckets` map (entries of forgotten processes
+        """The exact per-bucket counts as summary.BUCKET_FIELDS: the `buckets` map (entries of forgotten processes
         deleted, their lookups folded), the futexes map's share (read by
         futex_arrays(), which must run first) and both caches' slots not yet
         flushed."""
@@ -138,10 +138,11 @@ class ServeRecorder(BatchRecorder):
                 self._fold(k.kind, lookups, atomic)
                 del table[k]
                 continue
-            rows.append((k.tgid, k.kind, k.hash_mask, k.bucket, lookups, atomic))
+            rows.append((k.tgid, k.kind, k.hash_mask, k.bucket, lookups, atomic, sum(v.unlisted for v in vals)))
         rows += self._map_rows
-        rows += [(tgid, kind, hash_mask, bucket, lookups, atomic) for _cpu, tgid, kind, hash_mask, bucket, _node,
-                 (lookups, atomic, _checked) in self.maps.cached_bucket_rows()]
+        rows += [(tgid, kind, hash_mask, bucket, lookups, atomic, unlisted)
+                 for _cpu, tgid, kind, hash_mask, bucket, _node, (lookups, atomic, _checked, unlisted)
+                 in self.maps.cached_bucket_rows()]
         return rows
 
     def _fold(self, kind: int, lookups: int, atomic: int) -> None:
@@ -173,7 +174,7 @@ class ServeRecorder(BatchRecorder):
         g = kernel["global_hash"]["buckets_per_node"] * len(kernel.get("nodes") or [0])
         return {"tool_version": __version__, "method": method, "kernel": kernel,
                 "totals": _totals(counters, {"missed_runs": self.missed_runs()}, duration),
-                "processes": summary.processes(shown, listed, self._comm, g),
+                "processes": summary.processes(shown, listed, self._comm, g, self.maps.seen_filter()),
                 "refcount": _refcount(counters, method, [{"kind": "private", "lookups": private,
                                                           "atomic": atomic}]),
                 "resizes": timeline["resizes"], "hash_states": timeline["hash_states"]}
@@ -186,13 +187,13 @@ class ServeRecorder(BatchRecorder):
 
 
 def _bucket_rows_of(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
-    """(tgid, kind, hash_mask, bucket, lookups, atomic) for each futex entry
-    and CPU with lookups (each CPU computed the bucket it counted under)."""
+    """summary.BUCKET_FIELDS for each futex entry and CPU with lookups (each
+    CPU computed the bucket it counted under; a listed futex is not unlisted)."""
     entry, cpu = np.nonzero(stats["lookups"])
     st = stats[entry, cpu]
     return list(zip(keys["tgid"][entry].tolist(), keys["kind"][entry].tolist(),
                     keys["hash_mask"][entry].tolist(), st["bucket"].tolist(),
-                    st["lookups"].tolist(), st["atomic_lookups"].tolist()))
+                    st["lookups"].tolist(), st["atomic_lookups"].tolist(), [0] * len(entry)))
 
 
 def _arrays(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
@@ -207,3 +208,19 @@ def _arrays(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple
             for name, x in zip(fields, v):
                 stats[name][i, cpu] = x
     return keys, stats
+
+
+KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")
+
+
+def _in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
+    """Which cached futex keys the map holds too (whole keys compared, on
+    the few whose address matches one in the map)."""
+    near = np.isin(cached["uaddr"], mapped["uaddr"])
+    if not near.any():
+        return near
+    sel = np.isin(mapped["uaddr"], cached["uaddr"][near])
+    have = set(zip(*(mapped[f][sel].tolist() for f in KEY_FIELDS)))
+    for i in np.flatnonzero(near).tolist():
+        near[i] = tuple(cached[f][i].item() for f in KEY_FIELDS) in have
+    return near

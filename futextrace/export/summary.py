@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from futextrace.loading.layout import KIND
-from futextrace.record.aggregate import KIND_NAMES
+from futextrace.record.aggregate import KIND_NAMES, filter_estimates
 
 PRIVATE = KIND["FT_PRIVATE"]
 KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")
@@ -57,28 +57,40 @@ def merge(keys: np.ndarray, stats: np.ndarray) -> dict[str, np.ndarray]:
     return {f: v[seen] for f, v in out.items()}
 
 
-def _private_spread(f: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
-    """(tgid, hash_mask) of each private hash -> distinct futexes and
-    collisions (futexes sharing a bucket) in the per-futex list."""
-    priv = f["kind"] == PRIVATE
-    tgid, mask, bucket = f["tgid"][priv], f["hash_mask"][priv], f["bucket"][priv]
+def _private_spread(f: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
+    """(tgid, hash_mask) of each private hash -> distinct futexes, collisions
+    (futexes sharing a bucket) and the futexes beyond the list: per bucket,
+    its entries in the per-futex list `f` plus the first-seen filter's count
+    of the others (`unlisted` of the per-bucket counts `b`)."""
+    fp, bp = f["kind"] == PRIVATE, (b["kind"] == PRIVATE) & (b["unlisted"] > 0)
+    tgid = np.concatenate([f["tgid"][fp], b["tgid"][bp]])
+    mask = np.concatenate([f["hash_mask"][fp], b["hash_mask"][bp]])
+    bucket = np.concatenate([f["bucket"][fp], b["bucket"][bp]])
+    n = np.concatenate([np.ones(int(fp.sum()), dtype=np.uint64), b["unlisted"][bp]])
+    unlisted = np.concatenate([np.zeros(int(fp.sum()), dtype=np.uint64), b["unlisted"][bp]])
     if not len(tgid):
         return {}
     order, starts = _runs([tgid, mask, bucket])        # one run per bucket
-    futexes = np.diff(np.append(starts, len(order)))
+    futexes = np.add.reduceat(n[order], starts)
+    beyond = np.add.reduceat(unlisted[order], starts)
     htgid, hmask = tgid[order][starts], mask[order][starts]
     horder, hstarts = _runs([htgid, hmask])             # one run per hash, over the buckets
     used = np.diff(np.append(hstarts, len(horder)))
     nfutex = np.add.reduceat(futexes[horder], hstarts)
-    return {(t, m): {"collisions": int(nfutex[i] - used[i]), "distinct_futexes": int(nfutex[i])}
+    nbeyond = np.add.reduceat(beyond[horder], hstarts)
+    return {(t, m): {"collisions": int(nfutex[i] - used[i]), "distinct_futexes": int(nfutex[i]),
+                     "unlisted": int(nbeyond[i])}
             for i, (t, m) in enumerate(zip(htgid[horder][hstarts].tolist(), hmask[horder][hstarts].tolist()))}
+
+
+BUCKET_FIELDS = ("tgid", "kind", "hash_mask", "bucket", "lookups", "atomic", "unlisted")
 
 
 def bucket_counts(rows: list[tuple]) -> dict[str, np.ndarray]:
     """The exact per-bucket counts (the `buckets` map and the cache's slots),
-    rows of (tgid, kind, hash_mask, bucket, lookups, atomic), as arrays."""
-    cols = np.array(rows, dtype=np.uint64).reshape(-1, 6)
-    return dict(zip(("tgid", "kind", "hash_mask", "bucket", "lookups", "atomic"), cols.T))
+    rows of BUCKET_FIELDS, as arrays."""
+    cols = np.array(rows, dtype=np.uint64).reshape(-1, len(BUCKET_FIELDS))
+    return dict(zip(BUCKET_FIELDS, cols.T))
 
 
 def _hash_spread(b: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
@@ -103,21 +115,21 @@ def _hash_spread(b: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
     return out
 
 
-def processes(b: dict[str, np.ndarray], f: dict[str, np.ndarray], comms, global_buckets: int) -> list[dict]:
+def processes(b: dict[str, np.ndarray], f: dict[str, np.ndarray], comms, global_buckets: int,
+              seen: dict) -> list[dict]:
     """The recording's `processes`, with the hash fields reading.py uses:
     each process's hashes busiest first (kind, buckets, lookups, and for
     private ones the bucket spread). Lookups and spread come from the exact
-    per-bucket counts `b`; futexes and collisions from the bounded per-futex
-    list `f`, with the upper bound of distinct futexes when it missed lookups
-    (aggregate.py's rules)."""
+    per-bucket counts `b`; futexes and collisions from the per-futex list `f`
+    and the first-seen filter's counts beyond it, as estimates where
+    aggregate.py makes them (`seen`: MapReader.seen_filter())."""
     if not len(b["tgid"]):
         return []
     # Global hashes are one hash whatever the node (aggregate.py's rows zero their mask).
     mask = np.where(b["kind"] == PRIVATE, b["hash_mask"], 0)
     order, starts = _runs([b["tgid"], b["kind"], mask])
     lookups = np.add.reduceat(b["lookups"][order], starts).tolist()
-    spread, listed = _hash_spread(b), _private_spread(f)
-    listed_lookups = _listed_lookups(f)
+    spread, listed = _hash_spread(b), _private_spread(f, b)
     by_tgid: dict[int, list[dict]] = {}
     for t, k, m, n in zip(b["tgid"][order][starts].tolist(), b["kind"][order][starts].tolist(),
                           mask[order][starts].tolist(), lookups):
@@ -126,28 +138,16 @@ def processes(b: dict[str, np.ndarray], f: dict[str, np.ndarray], comms, global_
         kind = KIND_NAMES.get(k, str(k))
         h = {"kind": kind, "buckets": m + 1 if k == PRIVATE else global_buckets, "lookups": n}
         if k == PRIVATE:
-            fl = listed.get((t, m), {"collisions": 0, "distinct_futexes": 0})
+            fl = listed.get((t, m), {"collisions": 0, "distinct_futexes": 0, "unlisted": 0})
             h.update(imbalance=spread[(t, m)], collisions=fl["collisions"],
-                     distinct_futexes=fl["distinct_futexes"])
-            missed = max(0, n - listed_lookups.get((t, m), 0))
-            if missed:
-                h["estimates"] = {"distinct_futexes": {"low": fl["distinct_futexes"],
-                                                       "high": fl["distinct_futexes"] + missed}}
+                     distinct_futexes=fl["distinct_futexes"], futexes_unlisted=fl["unlisted"])
+            est = filter_estimates(fl["distinct_futexes"], fl["collisions"], fl["unlisted"], seen)
+            if est:
+                h["estimates"] = est
         by_tgid.setdefault(t, []).append(h)
     procs = [{"pid": t, "comm": comms(t), "lookups": sum(h["lookups"] for h in hs),
               "hashes": sorted(hs, key=lambda h: -h["lookups"])} for t, hs in by_tgid.items()]
     return sorted(procs, key=lambda p: -p["lookups"])
-
-
-def _listed_lookups(f: dict[str, np.ndarray]) -> dict[tuple[int, int], int]:
-    """(tgid, hash_mask) of each private hash -> the lookups its listed futexes hold."""
-    priv = f["kind"] == PRIVATE
-    if not priv.any():
-        return {}
-    order, starts = _runs([f["tgid"][priv], f["hash_mask"][priv]])
-    sums = np.add.reduceat(f["lookups"][priv][order], starts).tolist()
-    return {(t, m): n for t, m, n in zip(f["tgid"][priv][order][starts].tolist(),
-                                         f["hash_mask"][priv][order][starts].tolist(), sums)}
 
 
 def lookups_by_kind(f: dict[str, np.ndarray]) -> tuple[int, int, int]:

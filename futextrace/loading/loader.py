@@ -31,6 +31,12 @@ BCACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots
 # A lookup-cache miss is admitted to the cache once per ADMIT_EVERY misses
 # counted in its bucket's slot; the others are counted in that slot only.
 ADMIT_EVERY = 32
+# The first-seen filter (bpf/futex_common.h first_seen): 2^18 words (2 MiB,
+# shared by all CPUs), SEEN_K bits per key. Simulated with uniform keys, a
+# key taken as seen that was not (a missed futex) is 1 in 10^6 at 65,536
+# futexes and 1 in 1,000 at 1,048,576: docs/figures.md, "First-seen filter".
+SEEN_WORDS_LOG2 = 18
+SEEN_K = 6
 FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
 FUTEXES_MAX_DEFAULT = 65536
 # Entries of the per-CPU `buckets` map (the exact counts), whatever the CPU
@@ -143,6 +149,8 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     off["BCACHE_SLOTS"] = bcache_slots(ncpu_ids)
     off["BCACHE_BITS"] = off["BCACHE_SLOTS"].bit_length() - 1
     off["ADMIT_EVERY"] = ADMIT_EVERY
+    off["SEEN_WORDS_LOG2"] = SEEN_WORDS_LOG2
+    off["SEEN_K"] = SEEN_K
     off["RINGBUF_PAGES"] = 256
     flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
     if filters.pids or filters.tgid_map:

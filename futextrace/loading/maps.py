@@ -12,7 +12,10 @@ import ctypes as ct
 import mmap
 import os
 
+import numpy as np
+
 from futextrace.loading.layout import COUNTER, KIND
+from futextrace.loading.loader import SEEN_K
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
@@ -58,26 +61,26 @@ class MapReader:
         out = []
         for k, vals in self.program.bpf["buckets"].items():
             out.append({"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket,
-                        "node": k.node, "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked]
-                                                    for v in vals]})
+                        "node": k.node, "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked,
+                                                     v.unlisted] for v in vals]})
         out += futexes_as_buckets(futex_map)
         for cpu, tgid, kind, hash_mask, bucket, node, counts in self.cached_bucket_rows():
-            per_cpu = [[0, 0, 0] for _ in range(self.program.ncpu_ids)]
+            per_cpu = [[0, 0, 0, 0] for _ in range(self.program.ncpu_ids)]
             per_cpu[cpu] = counts
             out.append({"tgid": tgid, "kind": kind, "hash_mask": hash_mask,
                         "bucket": bucket, "node": node, "per_cpu": per_cpu})
         return out
 
     def cached_bucket_rows(self):
-        """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked])
+        """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked, unlisted])
         of every used slot of both caches: the counts not yet flushed to a map."""
         for idx, s in self._cache_items():
             st = s.st
             yield (idx // self.program.fcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, st.bucket, st.node,
-                   [st.lookups, st.atomic_lookups, st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0])
+                   [st.lookups, st.atomic_lookups, st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0, 0])
         for idx, s in self._bcache_items():
             yield (idx // self.program.bcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, s.key.bucket, s.key.node,
-                   [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked])
+                   [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked, s.st.unlisted])
 
     def _cache_items(self):
         """(index, slot) of every used slot of the lookup cache, read through
@@ -103,18 +106,31 @@ class MapReader:
         lookups.release()
         return [(i, leaf.from_buffer_copy(buf, i * words * 8)) for i in used]
 
+    def seen_filter(self) -> dict:
+        """The first-seen filter's size and its false-positive rate now: the
+        chance that a new futex's SEEN_K bits are all set already (each bit
+        lands in a word as set as that word is), averaged over the words."""
+        table = self.program.bpf["seen"]
+        if "seen" not in self._maps:
+            self._maps["seen"] = mmap.mmap(table.map_fd, 8 * table.max_entries, mmap.MAP_SHARED, mmap.PROT_READ)
+        words = np.frombuffer(self._maps["seen"], dtype=np.uint64).copy()
+        rate = float(np.mean((np.bitwise_count(words) / 64.0) ** SEEN_K))
+        return {"words": len(words), "bits_per_key": SEEN_K, "false_positive_rate": rate}
+
     def futex_map(self) -> list[dict]:
         """The `futexes` map's entries (not the cache), as plain data."""
         return [_futex_entry(k, vals) for k, vals in self.program.bpf["futexes"].items()]
 
     def futexes(self, futex_map: list[dict]) -> list[dict]:
         """Per-futex counts: `futex_map` (futex_map()'s output) and the per-CPU
-        cache in front of the map (the same futex can be in both:
-        aggregate.merge_futexes adds them)."""
+        cache's unflushed counts of the futexes it lists (aggregate.merge_futexes
+        adds them). A cached futex the list does not hold stays out: the list
+        turned it away at its first lookup, and the buckets count it as unlisted."""
         futexes = list(futex_map)
+        listed = {(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"]) for f in futex_map}
         nslots, ncpus = self.program.fcache_slots, self.program.ncpu_ids
         for idx, s in self._cache_items():
-            if s.st.lookups:
+            if s.st.lookups and (s.key.tgid, s.key.kind, s.key.uaddr, s.key.hash_mask) in listed:
                 per_cpu = [type(s.st)()] * ncpus
                 per_cpu[idx // nslots] = s.st
                 futexes.append(_futex_entry(s.key, per_cpu))
@@ -143,8 +159,8 @@ def futexes_as_buckets(entries: list[dict]) -> list[dict]:
     for e in entries:
         for cpu, (lookups, atomic, bucket, node, kernel_bucket) in enumerate(e["per_cpu"]):
             if lookups:
-                per_cpu = [[0, 0, 0] for _ in e["per_cpu"]]
-                per_cpu[cpu] = [lookups, atomic, lookups if kernel_bucket != 0xFFFFFFFF else 0]
+                per_cpu = [[0, 0, 0, 0] for _ in e["per_cpu"]]
+                per_cpu[cpu] = [lookups, atomic, lookups if kernel_bucket != 0xFFFFFFFF else 0, 0]
                 out.append({"tgid": e["tgid"], "kind": e["kind"], "hash_mask": e["hash_mask"],
                             "bucket": bucket, "node": node, "per_cpu": per_cpu})
     return out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from futextrace.analysis.whatif import HOT_SHARE, full_hash
 from futextrace.output import plots_lockwaits
+from futextrace.output.estimates import approx
 from futextrace.output.plots import _pyplot
 from futextrace.output.plots_common import (MAX_PANELS, add_footnote, fold_threshold, footnote_text,
                                             pid_names, save, who)
@@ -100,9 +101,10 @@ def _futexes_phrase(h: dict) -> str:
     est = h.get("estimates") or {}
     d, c = est.get("distinct_futexes"), est.get("collisions")
     if d or c:
-        d_txt = f"{d['low']:,}..{d['high']:,}" if d else f"{h.get('distinct_futexes', 0):,}"
-        c_txt = f"{c['low']:,}..{c['high']:,}" if c else f"{h.get('collisions', 0):,}"
-        return f"{d_txt} distinct futexes, {c_txt} sharing a bucket (estimates: per-futex list incomplete)"
+        d_txt = approx(d) if d else f"{h.get('distinct_futexes', 0):,}"
+        c_txt = approx(c) if c else f"{h.get('collisions', 0):,}"
+        why = d.get("method", "per-futex list incomplete") if d else "per-futex list incomplete"
+        return f"{d_txt} distinct futexes, {c_txt} sharing a bucket (estimates: {why})"
     return f"{h.get('distinct_futexes', 0):,} distinct futexes, {h.get('collisions', 0):,} sharing a bucket"
 
 

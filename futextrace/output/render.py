@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
 from futextrace.kernel.errnos import errno_name
+from futextrace.output.estimates import approx
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 from futextrace.output.contention import contention_lines
 
@@ -48,17 +49,19 @@ def _buckets_desc(h: dict) -> str:
 
 
 def _futex_bounds(h: dict) -> str:
-    """Distinct futexes, with bounds when the per-futex list missed lookups."""
+    """Distinct futexes: exact, or an estimate that names its method."""
     est = h.get("estimates", {}).get("distinct_futexes")
     if not est:
         return f"{h['distinct_futexes']} distinct futexes"
+    if "value" in est:
+        return f"{approx(est)} distinct futexes, by the {est['method'].split(' (')[0]}"
     return (f"{est['low']}..{est['high']} distinct futexes (estimate: the per-futex list holds "
             f"{h['futex_detail']['lookups_listed']} of these lookups)")
 
 
 def _collisions(h: dict) -> str:
     est = h.get("estimates", {}).get("collisions")
-    return f"{h['collisions']}" if not est else f"{est['low']}..{est['high']} (estimate)"
+    return f"{h['collisions']}" if not est else approx(est)
 
 
 def _hash_section(h: dict) -> list[str]:
@@ -76,14 +79,38 @@ def _hash_section(h: dict) -> list[str]:
                      f"CV {im['cv']:.2f}; collisions {_collisions(h)} futexes share a bucket")
         lines += ["", *("    " + l for l in log2_hist(h["lookups_per_bucket_hist"], "lookups/bucket")), ""]
         lines += [*("    " + l for l in log2_hist(h["futexes_per_bucket_hist"], "futexes/bucket")), ""]
-    lines.append("    hottest buckets:" + ("" if h.get("futex_detail", {}).get("complete", True) else
-                                          " (futexes and addresses: those in the per-futex list, a lower bound)"))
+    lines.append("    hottest buckets:" + _hottest_caveat(h.get("futex_detail", {})))
     lines.append(f"    {'bucket':>8} {'node':>4} {'lookups':>12} {'futexes':>7}  addresses")
     for b in h["hottest"]:
         node = "-" if b["node"] is None else str(b["node"])
         lines.append(f"    {b['bucket']:>8} {node:>4} {b['lookups']:>12} {b['futexes']:>7}  "
                      + " ".join(b["addresses"][:4]) + (" ..." if b["futexes"] > 4 else ""))
     return lines
+
+
+def _futex_list_lines(fl: dict | None) -> list[str]:
+    """What the per-futex list could not hold, when it could not hold all."""
+    if not fl or fl["complete"]:
+        return []
+    if "futexes_unlisted" in fl:
+        return [f"  per-futex list full at {fl['capacity']:,} futexes (raise --max-futexes): "
+                f"{fl['futexes_unlisted']:,} more counted per bucket by the {fl['seen_filter']['method']}, "
+                "without addresses. Bucket and process counts stay exact; distinct futexes and "
+                "collisions are estimates"]
+    why = (f"list full at {fl['capacity']}: raise --max-futexes" if fl.get("full") else
+           "more futexes in use than the lookup cache holds: a futex missing it is admitted "
+           "only now and then, so the list keeps the futexes with repeated lookups")
+    return [f"  per-futex list: {fl['futexes_listed']} futexes holding {fl['lookups_listed']} lookups; "
+            f"{fl['lookups_missed']} lookups not in it ({why}). Bucket and process counts stay exact; "
+            "futex counts, distinct futexes and collisions are bounds"]
+
+
+def _hottest_caveat(detail: dict) -> str:
+    if detail.get("complete", True):
+        return ""
+    if "futexes_unlisted" in detail:
+        return " (addresses: those in the per-futex list; futexes: with those beyond it)"
+    return " (futexes and addresses: those in the per-futex list, a lower bound)"
 
 
 ATTACH_ROWS = 20   # system-wide, many processes have a hash: the busiest threads first
@@ -215,14 +242,7 @@ def render_text(rec: dict, verbose: bool = False) -> str:
     causes = t.get("unattributed_causes", {"map_full": t["unattributed"]})
     if causes.get("map_full"):
         out.append(f"  {causes['map_full']} lookups not attributed to a bucket: buckets map full")
-    fl = t.get("futex_list")
-    if fl and not fl["complete"]:
-        why = (f"list full at {fl['capacity']}: raise --max-futexes" if fl.get("full") else
-               "more futexes in use than the lookup cache holds: a futex missing it is admitted "
-               "only now and then, so the list keeps the futexes with repeated lookups")
-        out.append(f"  per-futex list: {fl['futexes_listed']} futexes holding {fl['lookups_listed']} lookups; "
-                   f"{fl['lookups_missed']} lookups not in it ({why}). Bucket and process counts stay exact; "
-                   "futex counts, distinct futexes and collisions are bounds")
+    out += _futex_list_lines(t.get("futex_list"))
     if causes.get("user_memory_unreadable"):
         out.append(f"  {causes['user_memory_unreadable']} lookups not attributed: their key (a futex_waitv "
                    "entry or a FUTEX2_NUMA node) was on a user page BPF could not read")

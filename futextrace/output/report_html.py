@@ -8,6 +8,7 @@ import base64
 import html
 from pathlib import Path
 
+from futextrace.output.estimates import approx
 from futextrace.output.plots_common import pid_names
 
 MAX_ROWS = 40     # process and resize tables: the busiest / first rows
@@ -97,7 +98,12 @@ def caveats(rec: dict) -> str:
     if m.get("probes_fallback"):
         items.append(f"Preferred attach point refused: {_e(m['probes_fallback'])}.")
     fl = t.get("futex_list") or {}
-    if fl and not fl.get("complete", True):
+    if fl and not fl.get("complete", True) and "futexes_unlisted" in fl:
+        items.append(f"The per-futex list was full at {_n(fl.get('capacity'))} futexes; "
+                     f"{_n(fl['futexes_unlisted'])} more were counted per bucket by the "
+                     f"{_e(fl['seen_filter']['method'])}: distinct futexes and collisions are estimates; "
+                     "bucket, process and CPU counts are exact.")
+    elif fl and not fl.get("complete", True):
         items.append(f"The per-futex list holds {_n(fl.get('lookups_listed'))} lookups of "
                      f"{_n(t.get('lookups'))}: distinct futexes and collisions are bounds (estimates); "
                      "bucket, process and CPU counts are exact.")
@@ -117,7 +123,7 @@ def process_table(rec: dict) -> str:
         for h in p.get("hashes") or []:
             im = h.get("imbalance") or {}
             est = (h.get("estimates") or {}).get("distinct_futexes")
-            futexes = f"{_n(est['low'])}..{_n(est['high'])} (estimate)" if est else _n(h.get("distinct_futexes"))
+            futexes = _e(approx(est)) if est else _n(h.get("distinct_futexes"))
             ratio = (f"{im['max_over_mean']:.2f}" if im.get("max_over_mean") is not None
                      and h.get("lookups", 0) >= h.get("buckets", 1) else "n/a")
             rows.append([_e(p["pid"]), _e(names.get(p["pid"], p.get("comm", "?"))), _e(h["kind"]),

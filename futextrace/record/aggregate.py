@@ -3,9 +3,12 @@
 Pure Python over plain data, so it is unit-tested on recorded dumps. Input
 `raw` (what futextrace.record.recorder collects from the kernel maps):
   counters: {name: [per-CPU values]}
-  buckets:  [{tgid, kind, hash_mask, bucket, node, per_cpu: [[lookups, atomic, kernel_checked], ...]}]
+  buckets:  [{tgid, kind, hash_mask, bucket, node, per_cpu: [[lookups, atomic, kernel_checked, unlisted], ...]}]
             the exact counts (the `buckets` map and the cache); absent in old dumps,
-            where `futexes` held them
+            where `futexes` held them; `unlisted` (first sightings the list could
+            not take) absent in dumps made before the first-seen filter
+  seen_filter: {words, bits_per_key, false_positive_rate}: the first-seen filter
+            and how often it now takes a new futex as seen (absent in old dumps)
   futexes:  [{tgid, kind, uaddr, hash_mask, per_cpu: [CpuStat or its 5 values, one per CPU]}]
             the bounded per-futex list (the `futexes` map and the cache)
   futex_capacity: entries of the `futexes` map
@@ -111,13 +114,49 @@ def _by_bucket(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
-def futex_detail(lookups: int, futexes: list[dict]) -> dict:
+def futex_detail(lookups: int, futexes: list[dict], unlisted: int | None = None) -> dict:
     """What the per-futex list (bounded: the `futexes` map and the cache) holds
-    of a hash's exact lookups, and the bounds that leaves on figures made from it."""
+    of a hash's futexes. `unlisted`: futexes the first-seen filter counted that
+    the list could not take (None: a dump from before the filter, where the
+    list's completeness is judged by the lookups it missed)."""
     listed = _lookups(futexes)
     missed = max(0, lookups - listed)
-    return {"complete": missed == 0, "futexes_listed": len(futexes),
-            "lookups_listed": listed, "lookups_missed": missed}
+    if unlisted is None:
+        return {"complete": missed == 0, "futexes_listed": len(futexes),
+                "lookups_listed": listed, "lookups_missed": missed}
+    return {"complete": unlisted == 0, "futexes_listed": len(futexes), "futexes_unlisted": unlisted,
+            "lookups_listed": listed}
+
+
+def filter_method(seen: dict) -> str:
+    return (f"first-seen filter (Bloom: {seen['bits_per_key']} bits per futex in "
+            f"{seen['words'] * 64:,} bits)")
+
+
+def _estimate(counted: int, extra_max: float, method: str) -> dict:
+    """A count the filter may have undercounted by up to extra_max: the middle
+    of [counted, counted + extra_max], and the half-width as a percentage."""
+    value = counted + extra_max / 2
+    return {"value": round(value), "error_pct": round(100 * extra_max / 2 / value, 4) if value else 0.0,
+            "method": method}
+
+
+def filter_estimates(distinct: int, collisions: int, unlisted: int, seen: dict | None) -> dict | None:
+    """Estimates when some futexes are counted only by the filter (beyond the
+    list), or when the filter may have missed one: a new futex is taken as seen
+    with probability at most false_positive_rate (its fill only grows), so up to
+    distinct * rate futexes, each adding at most one collision, were missed."""
+    if not seen:
+        return None
+    missed_max = distinct * seen["false_positive_rate"]
+    if not unlisted and missed_max < 0.5:
+        return None
+    method = filter_method(seen)
+    return {"distinct_futexes": _estimate(distinct, missed_max, method),
+            "collisions": _estimate(collisions, missed_max, method),
+            "note": f"{unlisted:,} of these futexes are beyond the per-futex list: counted per bucket by "
+                    "the first-seen filter, without addresses" if unlisted else
+                    "the first-seen filter may have taken a new futex as seen"}
 
 
 def _futex_estimates(detail: dict, collisions: int) -> dict:
@@ -129,22 +168,32 @@ def _futex_estimates(detail: dict, collisions: int) -> dict:
                     "each missed lookup may add at most one futex or collision"}
 
 
-def _hash_summary(kind: str, nbuckets: int, brows: list[dict], futexes: list[dict]) -> dict:
+def _unlisted(brows: list[dict], seen: dict | None) -> int | None:
+    return sum(r.get("unlisted", 0) for r in brows) if seen else None
+
+
+def _hash_summary(kind: str, nbuckets: int, brows: list[dict], futexes: list[dict],
+                  seen: dict | None = None) -> dict:
     """Bucket figures from the exact per-bucket counts; futex figures from the
-    per-futex list, with bounds when it is incomplete."""
-    lookups_of = {key: sum(r["lookups"] for r in rs) for key, rs in _by_bucket(brows).items()}
+    per-futex list and, beyond it, the first-seen filter's counts per bucket
+    (estimates), or bounds in recordings made before the filter."""
+    by_bucket = _by_bucket(brows)
+    lookups_of = {key: sum(r["lookups"] for r in rs) for key, rs in by_bucket.items()}
+    unlisted_of = {key: sum(r.get("unlisted", 0) for r in rs) for key, rs in by_bucket.items()}
     futexes_of = _by_bucket(futexes)
     counts = list(lookups_of.values())
     all_counts = counts + [0] * max(0, nbuckets - len(counts))
-    per_bucket = [len(futexes_of.get(k, [])) for k in lookups_of]
+    nfutexes_of = {k: len(futexes_of.get(k, [])) + unlisted_of[k] for k in lookups_of}
+    per_bucket = list(nfutexes_of.values())
     collisions = sum(n - 1 for n in per_bucket if n > 1)
-    detail = futex_detail(sum(counts), futexes)
+    detail = futex_detail(sum(counts), futexes, _unlisted(brows, seen))
+    distinct = len(futexes) + detail.get("futexes_unlisted", 0)
     hottest = sorted(lookups_of.items(), key=lambda kv: -kv[1])[:HOTTEST]
     summary = {
         "kind": kind,
         "buckets": nbuckets,
         "lookups": sum(counts),
-        "distinct_futexes": len(futexes),
+        "distinct_futexes": distinct,
         "imbalance": imbalance(all_counts),
         "lookups_per_bucket_hist": _log2_slots(all_counts),
         "futexes_per_bucket_hist": _log2_slots(per_bucket + [0] * max(0, nbuckets - len(counts))),
@@ -155,13 +204,17 @@ def _hash_summary(kind: str, nbuckets: int, brows: list[dict], futexes: list[dic
         "futex_detail": detail,
         "hottest": [{
             "bucket": bucket, "node": None if node < 0 else node, "lookups": n,
-            "futexes": len(futexes_of.get((node, bucket), [])),
+            "futexes": nfutexes_of[(node, bucket)],
             "addresses": [hex(f["uaddr"]) for f in sorted(futexes_of.get((node, bucket), []),
                                                         key=lambda f: -f["lookups"])[:ADDRS_PER_BUCKET]],
         } for (node, bucket), n in hottest],
         "bucket_counts": {f"{n}:{b}" if n >= 0 else str(b): v for (n, b), v in sorted(lookups_of.items())},
     }
-    if not detail["complete"]:
+    if seen:
+        est = filter_estimates(distinct, collisions, detail["futexes_unlisted"], seen)
+        if est:
+            summary["estimates"] = est
+    elif not detail["complete"]:
         summary["estimates"] = _futex_estimates(detail, collisions)
     return summary
 
@@ -190,13 +243,15 @@ def _bucket_rows(entries: list[dict]) -> tuple[list[dict], dict]:
         kind = KIND_NAMES.get(e["kind"], str(e["kind"]))
         key = (e["tgid"], kind, e["hash_mask"] if kind == "private" else 0, e["bucket"], e["node"])
         row = merged.setdefault(key, {"tgid": key[0], "kind": kind, "hash_mask": key[2], "bucket": key[3],
-                                      "node": key[4], "lookups": 0, "atomic": 0, "kernel_checked": 0})
-        for cpu, (lookups, atomic, checked) in enumerate(e["per_cpu"]):
-            if not lookups:
+                                      "node": key[4], "lookups": 0, "atomic": 0, "kernel_checked": 0,
+                                      "unlisted": 0})
+        for cpu, (lookups, atomic, checked, *unlisted) in enumerate(e["per_cpu"]):
+            if not lookups and not any(unlisted):
                 continue
             row["lookups"] += lookups
             row["atomic"] += atomic
             row["kernel_checked"] += checked
+            row["unlisted"] += unlisted[0] if unlisted else 0
             pc = per_cpu[cpu]
             pc["lookups"] += lookups
             pc["atomic"] += atomic
@@ -215,7 +270,8 @@ def _group(rows: list[dict], key) -> dict:
     return out
 
 
-def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int) -> list[dict]:
+def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int,
+                    seen: dict | None) -> list[dict]:
     """One summary per hash a process used, busiest first."""
     def hash_of(r):
         return (r["kind"], r["hash_mask"])
@@ -224,24 +280,25 @@ def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int)
     for (kind, mask), group in sorted(groups.items(), key=lambda kv: -_lookups(kv[1])):
         fs = listed.get((kind, mask), [])
         if kind == "private":
-            hashes.append(_hash_summary("private", mask + 1, group, fs))
+            hashes.append(_hash_summary("private", mask + 1, group, fs, seen))
         elif kind == "global_shared" and any(r["bucket"] == UNKNOWN for r in group):
             # A shared key's bucket is recorded only where the kernel's is read: else n/a.
+            detail = futex_detail(_lookups(group), fs, _unlisted(group, seen))
             hashes.append({"kind": "global_shared", "buckets": global_buckets,
-                           "lookups": _lookups(group), "distinct_futexes": len(fs),
-                           "futex_detail": futex_detail(_lookups(group), fs),
-                           "note": BUCKET_NOT_VISIBLE})
+                           "lookups": _lookups(group),
+                           "distinct_futexes": len(fs) + detail.get("futexes_unlisted", 0),
+                           "futex_detail": detail, "note": BUCKET_NOT_VISIBLE})
         else:
-            hashes.append(_hash_summary(kind, global_buckets, group, fs))
+            hashes.append(_hash_summary(kind, global_buckets, group, fs, seen))
     return hashes
 
 
 def _processes(brows: list[dict], futexes: list[dict], comms: dict[int, str],
-               global_buckets: int) -> list[dict]:
+               global_buckets: int, seen: dict | None = None) -> list[dict]:
     by_tgid, listed = _group(brows, lambda r: r["tgid"]), _group(futexes, lambda r: r["tgid"])
     return [{"pid": tgid, "comm": comms.get(tgid, ""), "lookups": _lookups(rs),
              "atomic_lookups": sum(r["atomic"] for r in rs if r["kind"] == "private"),
-             "hashes": _process_hashes(rs, listed.get(tgid, []), global_buckets),
+             "hashes": _process_hashes(rs, listed.get(tgid, []), global_buckets, seen),
              "futex_list": futex_list(listed.get(tgid, []))}
             for tgid, rs in sorted(by_tgid.items(), key=lambda kv: -_lookups(kv[1]))]
 
@@ -304,7 +361,7 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
         "host": platform.node(),
         "totals": {**_totals(counters, raw, duration_s),
                    "futex_list": _futex_list(raw, counters, brows, futexes)},
-        "processes": _processes(brows, futexes, comms or {}, global_buckets),
+        "processes": _processes(brows, futexes, comms or {}, global_buckets, raw.get("seen_filter")),
         "per_cpu": per_cpu_rows, "per_node": _per_node_rows(per_cpu_rows),
         "refcount": _refcount(counters, method, brows), "resizes": timeline["resizes"],
         "threads": timeline["threads"], "hash_states": timeline["hash_states"],
@@ -316,8 +373,12 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
 
 def _futex_list(raw: dict, counters: dict, brows: list[dict], futexes: list[dict]) -> dict:
     """The per-futex list as a whole: how much of the exact count it holds."""
-    return {"capacity": raw.get("futex_capacity"), "full": bool(counters.get("FUTEXES_FULL", 0)),
-            **futex_detail(_lookups(brows), futexes)}
+    seen = raw.get("seen_filter")
+    out = {"capacity": raw.get("futex_capacity"), "full": bool(counters.get("FUTEXES_FULL", 0)),
+           **futex_detail(_lookups(brows), futexes, _unlisted(brows, seen))}
+    if seen:
+        out["seen_filter"] = {**seen, "method": filter_method(seen)}
+    return out
 
 
 def _refcount(counters: dict, method: dict, brows: list[dict]) -> dict:

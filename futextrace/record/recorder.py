@@ -282,7 +282,8 @@ class Recorder:
         """Everything the kernel side holds, as plain data (see aggregate.py)."""
         futexes, buckets = self.read_maps()
         return {"counters": self.counters(buckets), "buckets": buckets, "futexes": futexes,
-                "futex_capacity": self.program.max_futexes, "events": self.events,
+                "futex_capacity": self.program.max_futexes, "seen_filter": self.maps.seen_filter(),
+                "events": self.events,
                 "intervals": self.intervals, "missed_runs": self.missed_runs(),
                 **contention_dump(self.program)}
 

@@ -67,15 +67,19 @@ def test_bucket_counts_exact_beyond_every_map(recorded):
 
 
 def test_futex_list_says_what_it_misses(recorded):
+    """The list holds its 1024; the first-seen filter counts the rest per
+    bucket, and the distinct count is an estimate whose error holds the truth
+    (the 100,000 futexes and the hot one)."""
     rec, wl = recorded
     proc = next(p for p in rec["processes"] if p["pid"] == wl["pid"])
     h = next(h for h in proc["hashes"] if h["kind"] == "private")
     detail = h["futex_detail"]
     assert not detail["complete"]
-    assert detail["lookups_listed"] + detail["lookups_missed"] == h["lookups"]
-    assert detail["lookups_missed"] > 0 and detail["futexes_listed"] < NFUTEXES
+    assert detail["futexes_listed"] >= LIST_CAPACITY   # the kernel may overshoot a no-prealloc map a little
+    assert detail["futexes_listed"] + detail["futexes_unlisted"] == h["distinct_futexes"]
     est = h["estimates"]["distinct_futexes"]
-    assert est["low"] <= NFUTEXES <= est["high"]
+    half = est["value"] * est["error_pct"] / 100 + 1      # + 1: the value is rounded
+    assert abs(est["value"] - (NFUTEXES + 1)) <= half and est["error_pct"] <= 3, est
     fl = rec["totals"]["futex_list"]
     assert fl["capacity"] == LIST_CAPACITY and fl["full"] and not fl["complete"]
 

@@ -21,6 +21,7 @@ STAT = np.dtype({"names": ["lookups", "atomic_lookups", "bucket", "node", "hash_
                  "offsets": [0, 8, 16, 20, 24, 28], "itemsize": 32})
 KERNEL = {"global_hash": {"buckets_per_node": 256}, "nodes": [0], "cpu_node": {}}
 METHOD = {"name": "tracepoint", "prctl_results": "inferred"}
+SEEN = {"words": 1 << 18, "bits_per_key": 6, "false_positive_rate": 0.0}   # MapReader.seen_filter()
 
 
 def raw_futexes(seed: int) -> list[dict]:
@@ -61,11 +62,28 @@ def arrays(futexes: list[dict]):
     return keys, stats
 
 
-def bucket_rows(futexes: list[dict]) -> list[tuple]:
+def bucket_rows(futexes: list[dict], unlisted: list[dict] = ()) -> list[tuple]:
     """What the `buckets` map and the cache would hold for these futexes:
-    (tgid, kind, hash_mask, bucket, lookups, atomic) per entry and CPU."""
-    return [(f["tgid"], f["kind"], f["hash_mask"], bucket, n, atomic)
+    (tgid, kind, hash_mask, bucket, lookups, atomic, unlisted) per entry and
+    CPU; each futex of `unlisted` (beyond the list) counted once, on its first
+    CPU with lookups, as the first-seen filter counts it."""
+    rows = [(f["tgid"], f["kind"], f["hash_mask"], bucket, n, atomic, 0)
             for f in futexes for n, atomic, bucket, _, _ in f["per_cpu"] if n]
+    for f in unlisted:
+        n, atomic, bucket, _, _ = next(v for v in f["per_cpu"] if v[0])
+        rows.append((f["tgid"], f["kind"], f["hash_mask"], bucket, 0, 0, 1))
+    return rows
+
+
+def raw_buckets(futexes: list[dict], unlisted: list[dict]) -> list[dict]:
+    """The same as raw bucket entries (record's dump: per CPU [lookups, atomic,
+    kernel_checked, unlisted])."""
+    out = []
+    for t, k, m, b, n, a, u in bucket_rows(futexes, unlisted):
+        per_cpu = [[0, 0, 0, 0] for _ in range(NCPU)]
+        per_cpu[0] = [n, a, 0, u]
+        out.append({"tgid": t, "kind": k, "hash_mask": m, "bucket": b, "node": -1, "per_cpu": per_cpu})
+    return out
 
 
 def served(proc: dict) -> tuple:
@@ -87,7 +105,7 @@ def test_lean_processes_equal_build_recordings():
         rec = build_recording({"counters": counters, "futexes": futexes}, KERNEL, METHOD, 1.0, "")
         f = summary.merge(*arrays(futexes))
         b = summary.bucket_counts(bucket_rows(futexes))
-        lean = summary.processes(b, f, lambda tgid: "", 256)
+        lean = summary.processes(b, f, lambda tgid: "", 256, SEEN)
         assert len(lean) == len(rec["processes"]) == 6
         assert sorted(map(served, lean)) == sorted(map(served, rec["processes"]))
         # Busiest hash first, as reading.py expects.
@@ -104,24 +122,50 @@ def test_lean_processes_equal_build_recordings():
 def test_empty_map():
     f = summary.merge(*arrays([]))
     b = summary.bucket_counts([])
-    assert summary.processes(b, f, str, 256) == [] and summary.lookups_by_kind(b) == (0, 0, 0)
+    assert summary.processes(b, f, str, 256, SEEN) == [] and summary.lookups_by_kind(b) == (0, 0, 0)
 
 
-def test_partial_futex_list_keeps_exact_lookups_and_bounds():
-    """The per-futex list missed half its futexes (the map filled): lookups and
-    spread stay those of the exact bucket counts, futexes get record's bounds."""
-    from futextrace.record.aggregate import buckets_from_futexes
-    futexes = raw_futexes(7)
-    listed = futexes[::2]
+def test_futexes_beyond_the_list_are_estimates_in_both():
+    """The per-futex list took only every other futex (the map filled): the
+    others are counted per bucket by the first-seen filter. Lookups and spread
+    stay the exact bucket counts; distinct futexes and collisions are the same
+    estimates in record's recording and in the exporter's summary, and hold
+    the truth (the futexes written here) within their stated error."""
+    futexes = [f for f in raw_futexes(7) if any(v[0] for v in f["per_cpu"])]
+    seen_keys, firsts = set(), []
+    for f in futexes:   # a futex listed twice (cache and map) is one futex
+        key = (f["tgid"], f["kind"], f["uaddr"], f["hash_mask"])
+        if key not in seen_keys:
+            seen_keys.add(key)
+            firsts.append(f)
+    dropped = {id(f) for f in firsts[1::2]}
+    listed = [f for f in futexes if id(next(g for g in firsts if (g["tgid"], g["uaddr"], g["hash_mask"])
+                                            == (f["tgid"], f["uaddr"], f["hash_mask"]))) not in dropped]
+    unlisted = [f for f in firsts if id(f) in dropped]
+    seen = {**SEEN, "false_positive_rate": 1e-3}
     counters = {"PRIVATE": [0] * NCPU, "GLOBAL": [0] * NCPU}
-    rec = build_recording({"counters": counters, "buckets": buckets_from_futexes(futexes), "futexes": listed},
-                          KERNEL, METHOD, 1.0, "")
-    lean = summary.processes(summary.bucket_counts(bucket_rows(futexes)), summary.merge(*arrays(listed)),
-                             lambda tgid: "", 256)
+    rec = build_recording({"counters": counters, "buckets": raw_buckets(futexes, unlisted), "futexes": listed,
+                           "seen_filter": seen}, KERNEL, METHOD, 1.0, "")
+    lean = summary.processes(summary.bucket_counts(bucket_rows(futexes, unlisted)), summary.merge(*arrays(listed)),
+                             lambda tgid: "", 256, seen)
     assert sorted(map(served, lean)) == sorted(map(served, rec["processes"]))
+    beyond = 0
+    for p in rec["processes"]:
+        for h in p["hashes"]:
+            if h["kind"] != "private":
+                continue
+            truth = len({f["uaddr"] for f in firsts if (f["tgid"], f["hash_mask"]) == (p["pid"], h["buckets"] - 1)})
+            assert h["distinct_futexes"] == truth
+            if not h["futex_detail"]["futexes_unlisted"]:
+                assert "estimates" not in h   # all listed, the filter's error below one futex
+                continue
+            beyond += 1
+            est = h["estimates"]["distinct_futexes"]
+            assert est["value"] * (1 - est["error_pct"] / 100) <= truth <= est["value"] * (1 + est["error_pct"] / 100)
+    assert beyond >= 3
 
-    def highs(procs):
-        return sorted((p["pid"], h["buckets"], h.get("estimates", {}).get("distinct_futexes", {}).get("high"))
-                      for p in procs for h in p["hashes"] if h["kind"] == "private")
-    assert highs(lean) == highs(rec["processes"])
-    assert any(h for _, _, h in highs(lean))   # the list did miss lookups
+    def estimates(procs):
+        return sorted((p["pid"], h["buckets"], h["estimates"]["distinct_futexes"]["value"],
+                       h["estimates"]["collisions"]["value"])
+                      for p in procs for h in p["hashes"] if h["kind"] == "private" and "estimates" in h)
+    assert estimates(lean) == estimates(rec["processes"])
