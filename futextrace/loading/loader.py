@@ -362,7 +362,7 @@ class Program:
 
     @contextlib.contextmanager
     def hot_path_detached(self):
-        """For side-by-side benchmarks (bench/futexset.py): the futex hot path
+        """For side-by-side benchmarks (benchmarks/futexset.py): the futex hot path
         (the tp_btf sys_enter hook) detached for the `with` block and attached
         again after, with every map and count kept, so untraced and traced
         runs can alternate without a compile or a load in between."""

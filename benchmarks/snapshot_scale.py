@@ -11,7 +11,7 @@ snapshot has rows to print), then times, side by side in one run:
 - its parts in this process: the kernel model, loading the task iterator
   (compiled instructions from the cache), one read of every task, the rows.
 
-    sudo .venv/bin/python bench/snapshot_scale.py --procs 10000 --runs 5
+    sudo .venv/bin/python benchmarks/snapshot_scale.py --procs 10000 --runs 5
 
 Not a test: it prints figures (target: under 1 s on 2 CPUs). Needs root and cc.
 """
