@@ -76,6 +76,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
                          max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
+                         live_out=jsonio.stdout_output(),
                          exact_prctl=exact_prctl,
                          command_stdout_to_stderr="-" in (json_path, jsonl_path))
     rec = record_command(list(command), opts) if command else record_pids(opts)

@@ -87,7 +87,7 @@ def _items(table):
 
 
 def read_counters(bcc) -> dict[str, int]:
-    from futextrace.loading.layout import enum
+    from futextrace.kernel.layout import enum
     table = bcc["lock_counters"]
     out = {}
     for name, idx in enum("ft_lock_counter").items():

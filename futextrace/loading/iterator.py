@@ -21,9 +21,9 @@ import struct
 from pathlib import Path
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
+from futextrace.kernel.layout import bpf_dir
 from futextrace.loading.bpfsys import ATTR_SIZE, BPF_TRACE_ITER, bpf, load_tracing
 from futextrace.loading import progcache
-from futextrace.loading.layout import bpf_dir
 
 BPF_LINK_CREATE = 28
 BPF_ITER_CREATE = 33

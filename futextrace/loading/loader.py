@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
-from futextrace.loading.layout import bpf_dir
+from futextrace.kernel.layout import bpf_dir
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
 from futextrace.loading.contention import contention_macros
 
@@ -189,7 +189,7 @@ def _tp_btf_id(model) -> int | None:
 
 
 def _compile(BPF, method: str, cflags: list[str]):
-    from futextrace.loading.layout import header_text
+    from futextrace.kernel.layout import header_text
     from futextrace.loading.progcache import compile_program
     try:
         return compile_program(BPF, source_for(method), cflags, header_text())

@@ -12,7 +12,7 @@ import ctypes as ct
 import mmap
 import os
 
-from futextrace.loading.layout import COUNTER, KIND
+from futextrace.kernel.layout import COUNTER, KIND
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
