@@ -246,7 +246,7 @@ class Program:
         self._prepared = None
         t0 = time.monotonic()
         # Where tp_btf is to be tried, the raw sys_enter hook is compiled out
-        # (TP_BTF_ONLY): it took a quarter of the compile time (0.2 of 0.9 s CPU).
+        # (TP_BTF_ONLY): it costs a quarter of the compile time (0.2 of 0.9 s CPU).
         self._bpf = _compile(BPF, method, cflags + (["-DTP_BTF_ONLY"] if self._tp_btf_id is not None else []))
         atexit.register(self.close)
         t1 = time.monotonic()
