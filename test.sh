@@ -13,5 +13,5 @@ if [ "${1:-}" = "--all-kernels" ]; then
     shift
 fi
 # Lint first (pyproject.toml [tool.ruff]): any finding fails the run before a test starts.
-"$here/.venv/bin/ruff" check futextrace tests bench scripts
+"$here/.venv/bin/ruff" check futextrace tests benchmarks scripts
 exec "$here/.venv/bin/python" -m pytest -ra "$@"

@@ -4,7 +4,7 @@
  * bucket formulas, filters, the per-futex map, counters and events.
  *
  * Everything about the running kernel arrives as -D macros computed from its
- * BTF by futextrace/loader.py (OFF_* offsets, GLOBAL_* geometry, FILTER_*),
+ * BTF by futextrace/loading/loader.py (OFF_* offsets, GLOBAL_* geometry, FILTER_*),
  * never from the headers BCC compiles against, which may be another kernel's.
  */
 #include "futextrace.h"

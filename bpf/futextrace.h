@@ -3,7 +3,7 @@
  * futextrace: the one definition of every map key/value and event shared by
  * the BPF programs and the Python side. Python never restates these layouts:
  * it reads them through the ctypes types BCC generates from this file, and the
- * enum values through futextrace/layout.py, which parses this header.
+ * enum values through futextrace/kernel/layout.py, which parses this header.
  */
 #ifndef FUTEXTRACE_H
 #define FUTEXTRACE_H

@@ -2,7 +2,7 @@
 /*
  * kprobe method: probes on the futex hash functions themselves, for kernels
  * with CONFIG_KPROBES (Debian's). Attach points are chosen by
- * futextrace/kprobes.py from the kernel model; this file is compiled with
+ * futextrace/loading/kprobes.py from the kernel model; this file is compiled with
  * HASH_RETURNS_REF (futex_hash returns struct futex_bucket_ref {hb, fph} by
  * value, 7.2+: hb in rax, fph in rdx) or BUCKET_HAS_PRIV (6.17-7.1: the bucket
  * points at its private hash through hb->priv).

@@ -303,7 +303,7 @@ int ft_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
  * kernel filters by syscall number, so no program runs on other syscalls'
  * exits. Enabling it still puts the syscall-exit tracepoint on every
  * syscall's path (~12 ns each, measured), hence opt-in; without it the
- * result is inferred from the hash state (futextrace/timeline.py). */
+ * result is inferred from the hash state (futextrace/analysis/timeline.py). */
 int ft_tp_sys_exit_prctl(struct tracepoint__syscalls__sys_exit_prctl *args)
 {
 	return on_sys_exit(bpf_get_current_task_btf(), args->ret);

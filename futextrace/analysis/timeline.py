@@ -18,8 +18,8 @@ from __future__ import annotations
 from errno import EBUSY, EINVAL, ENOMEM
 
 from futextrace.kernel.constants import FH_CUSTOM, PR_FUTEX_HASH_SET_SLOTS
+from futextrace.kernel.layout import EVENT
 from futextrace.kernel.sizing import auto_buckets, threads_before_clone
-from futextrace.loading.layout import EVENT
 
 
 def buckets_of(mask: int, present: bool) -> int:

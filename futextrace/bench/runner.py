@@ -16,6 +16,9 @@ from dataclasses import asdict, dataclass
 from futextrace.bench import perfbench
 from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
 from futextrace.kernel import errnos
+from futextrace.output.render import render_text
+from futextrace.record.recorder import RecordOptions, record_command
+from futextrace.workload import workload_path
 
 AUTO, GLOBAL = -1, 0
 MAX_BUCKETS = 1 << 31   # SET_SLOTS takes an unsigned int; bigger values would be truncated
@@ -79,7 +82,6 @@ def builtin_argv(o: WorkloadOptions, addrs: bool = False, wait_fd: int | None = 
     """argv of the built-in workload. `addrs`: report every futex address.
     `wait_fd`: the workload blocks reading this fd (one byte or EOF) before its
     prctl and threads, so a tracer that starts it can attach first (pass_fds)."""
-    from futextrace.workload import workload_path
     argv = [str(workload_path()), "-f", str(o.futexes), "-b", str(o.buckets)]
     if o.threads is not None:
         argv += ["-t", str(o.threads)]
@@ -181,7 +183,6 @@ def trace_command(argv: list[str], options) -> tuple[int, str, str, dict]:
     `sh -c 'exec ... >out 2>err'` so its own output reaches us whatever the
     recorder does with stdio; `exec` keeps the traced PID.
     Returns (returncode, stdout, stderr, recording)."""
-    from futextrace.record.recorder import RecordOptions, record_command
     # A fresh RecordOptions per run: record_command adds the child's PID to it.
     opts = RecordOptions(**options) if isinstance(options, dict) else options
     with tempfile.TemporaryDirectory(prefix="futextrace-bench-") as tmp:
@@ -206,5 +207,4 @@ def _read(path: str) -> str:
 
 def render_recording(recording: dict) -> str:
     """The text summary of a run's recording (futextrace.output.render)."""
-    from futextrace.output.render import render_text
     return render_text(recording)

@@ -4,9 +4,12 @@ from __future__ import annotations
 import click
 
 from futextrace.bench.ramp import RampOptions, run as run_ramp
+from futextrace.bench.ramp_plot import plot_ramp
 from futextrace.bench import runner as bench
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError
+from futextrace.output.jsonio import open_output
+from futextrace.output.plots import PLOT_SUFFIXES
 
 
 class BucketsType(click.ParamType):
@@ -34,7 +37,6 @@ def workload_options(f):
 
 def write_json(path: str, doc: dict) -> None:
     """Through output/jsonio.py: every write error is one line, exit 5."""
-    from futextrace.output.jsonio import open_output
     open_output(path).write_json(doc, indent=2)
 
 
@@ -124,7 +126,6 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_p
 
 def ramp_command(opts, runner, no_trace, ramp_opts, plot_file, json_path):
     """`bench --ramp`: see futextrace/bench/ramp.py."""
-    from futextrace.output.plots import PLOT_SUFFIXES
     if runner != "builtin" or no_trace:
         raise UsageError("--ramp needs the builtin runner and tracing (no --runner perf, no --no-trace)")
     if plot_file and not plot_file.lower().endswith(PLOT_SUFFIXES):
@@ -134,7 +135,6 @@ def ramp_command(opts, runner, no_trace, ramp_opts, plot_file, json_path):
         for line in doc["summary"]:
             click.echo(line)
     if plot_file:
-        from futextrace.bench.ramp_plot import plot_ramp
         click.echo(f"plot written to {plot_ramp(doc, plot_file)}", err=not text_wanted(json_path))
     if json_path:
         write_json(json_path, {"schema": "futextrace-bench-ramp", "schema_version": 1, **doc})

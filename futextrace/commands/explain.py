@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import click
 
+from futextrace.analysis.explain import explain, render
 from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
+from futextrace.commands.record import say_target_exited
 from futextrace.output.jsonio import open_output
+from futextrace.record.recorder import RecordOptions, record_command, record_pids
 
 EXAMPLES = """\b
 Examples:
@@ -35,9 +38,6 @@ def command(pids, duration, json_path, quiet, verbose, command):
     attach (read by a BPF task iterator) and what that implies about the
     history before. A what-if table shows how the recorded futexes would
     spread over each size 16 ... 131072."""
-    from futextrace.analysis.explain import explain, render
-    from futextrace.commands.record import say_target_exited
-    from futextrace.record.recorder import RecordOptions, record_command, record_pids
     if bool(pids) == bool(command):
         raise UsageError("give either -p PID or -- COMMAND")
     if pids and not duration:

@@ -5,6 +5,8 @@ import math
 
 import click
 
+from futextrace.errors import UsageError
+
 
 def json_option(what: str):
     """--json FILE: write `what` as JSON to FILE; '-' writes it to stdout in place of the text."""
@@ -42,7 +44,6 @@ SECONDS = Seconds()
 
 def refuse_quiet_without_output(quiet: bool, *outputs) -> None:
     """-q drops the text; with nothing else asked for, the run would show nothing."""
-    from futextrace.errors import UsageError
     if quiet and not any(outputs):
         raise UsageError("-q drops the text summary, and nothing else was asked for: "
                          "add --json FILE (or --jsonl FILE, -i SECONDS), or leave out -q")

@@ -6,6 +6,9 @@ import click
 from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.output import jsonio
+from futextrace.output.render import render_text
+from futextrace.record.recorder import RecordOptions, record_command, record_pids
+from futextrace.record.startup import set_rt_priority
 
 EXAMPLES = """\b
 Examples:
@@ -61,8 +64,6 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     With -- COMMAND, starts the command and traces it (and processes it forks)
     until it exits; with -p, traces running processes; with neither, traces
     every process until Ctrl-C or --duration."""
-    from futextrace.record.recorder import RecordOptions, record_command, record_pids
-    from futextrace.output.render import render_text
     # With a command, its own output remains (a run traced for its cost alone).
     refuse_quiet_without_output(quiet, json_path, jsonl_path, interval, command)
     if not quiet or interval or "-" in (json_path, jsonl_path):
@@ -71,11 +72,11 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     json_out = jsonio.open_output(json_path) if json_path else None
     jsonl = jsonio.open_output(jsonl_path) if jsonl_path else None
     if rt_priority is not None:
-        from futextrace.record.startup import set_rt_priority
         set_rt_priority(rt_priority)
     opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
                          max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
+                         live_out=jsonio.stdout_output(),
                          exact_prctl=exact_prctl,
                          command_stdout_to_stderr="-" in (json_path, jsonl_path))
     rec = record_command(list(command), opts) if command else record_pids(opts)

@@ -7,6 +7,9 @@ from pathlib import Path
 import click
 
 from futextrace.errors import EXIT_CODES_HELP, FileProblem
+from futextrace.output.jsonio import echo
+from futextrace.output.render import render_text
+from futextrace.output.report import load_recording, write_html
 
 EXAMPLES = """\b
 Examples:
@@ -27,16 +30,13 @@ Examples:
 @click.option("-v", "--verbose", is_flag=True, help="list every process (small ones are otherwise folded into one line)")
 def command(file, plot_dir, html_path, quiet, verbose):
     """Render a recording saved with `futextrace record --json FILE`."""
-    from futextrace.output.render import render_text
-    from futextrace.output.report import load_recording, write_html
     rec = load_recording(file)
     text = render_text(rec, verbose)
     if not quiet:
-        from futextrace.output.jsonio import echo
         echo(text)
     images = []
     if plot_dir or html_path:
-        from futextrace.output.plots_recording import plot_recording
+        from futextrace.output.plots_recording import plot_recording   # matplotlib: only for pictures
         tmp = None if plot_dir else tempfile.TemporaryDirectory(prefix="futextrace-report-")
         out = Path(plot_dir) if plot_dir else Path(tmp.name)
         try:

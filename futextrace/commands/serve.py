@@ -4,7 +4,12 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP
+from futextrace.export import server as http
+from futextrace.export.collector import FutexCollector
+from futextrace.export.serve_recorder import ServeRecorder
 from futextrace.export.server import DEFAULT_LISTEN
+from futextrace.record import targets
+from futextrace.record.recorder import RecordOptions
 
 EXAMPLES = f"""\b
 Examples:
@@ -57,11 +62,6 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     from prometheus_client import CollectorRegistry
     from prometheus_client.process_collector import ProcessCollector
 
-    from futextrace.export import server as http
-    from futextrace.export.collector import FutexCollector
-    from futextrace.record import targets
-    from futextrace.export.serve_recorder import ServeRecorder
-    from futextrace.record.recorder import RecordOptions
 
     addr, port = http.parse_listen(listen)
     for pid in pids:

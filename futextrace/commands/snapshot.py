@@ -8,7 +8,13 @@ import click
 
 from futextrace.errors import EXIT_CODES_HELP
 from futextrace.commands.options import SECONDS, json_option, text_wanted
+from futextrace.kernel import modelcache
 from futextrace.output.jsonio import open_output, write_json
+from futextrace.record import snapshot as S
+from futextrace.record.hashread import ITERATOR, header
+from futextrace.record.hashrows import sort_rows
+from futextrace.record.procevents import exit_text
+from futextrace.record.watcher import Watcher
 
 EXAMPLES = """\b
 Examples:
@@ -37,7 +43,6 @@ def command(pids, duration, watch, interval, json_path):
     Read at once from the kernel by a BPF task iterator, idle processes
     included. Where the kernel refuses iterators, futex calls are watched for
     a moment instead (labelled): a process that makes none is "not seen"."""
-    from futextrace.record import snapshot as S
     json_out = open_output(json_path) if json_path else None
     if watch:
         return watch_command(list(pids), duration, interval, json_out, json_path)
@@ -51,9 +56,7 @@ def command(pids, duration, watch, interval, json_path):
 
 
 def watch_command(pids, duration, interval, json_out, json_path):
-    from futextrace.kernel import modelcache
-    from futextrace.record import snapshot as S
-    watcher = S.Watcher(modelcache.load_running()[0], pids, interval)
+    watcher = Watcher(modelcache.load_running()[0], pids, interval)
     to_text = json_path != "-"
 
     def line(obj: dict):
@@ -63,7 +66,6 @@ def watch_command(pids, duration, interval, json_out, json_path):
     def emit(t, change, row, status):
         line({"t": round(t, 3), "change": change, "exit_status": status, **row})
         if to_text:
-            from futextrace.record.procevents import exit_text
             tail = f"  exited ({exit_text(status)})" if status is not None else (
                 "  exited" if change == "gone" else "")
             mark = {"new": "+", "gone": "-", "changed": "~"}[change]
@@ -72,8 +74,8 @@ def watch_command(pids, duration, interval, json_out, json_path):
     old = {s: signal.signal(s, watcher.stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         first = watcher.read()
-        snap = {**S.header(watcher.model, S.ITERATOR, watcher.how),
-                "processes": S.sort_rows(list(first.values())), "note": None}
+        snap = {**header(watcher.model, ITERATOR, watcher.how),
+                "processes": sort_rows(list(first.values())), "note": None}
         line(snap)
         if to_text:
             click.echo(S.render(snap))

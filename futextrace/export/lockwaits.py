@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from futextrace.analysis.contention import CAUSES
 from futextrace.export.series import OTHER
+from futextrace.loading.contention import read_waits
 
 
 class LockWaitBook:
@@ -90,7 +91,6 @@ def read_rows(recorder) -> list[dict]:
     program = getattr(recorder, "program", None)
     if program is None or program.bpf is None or getattr(program, "contention", None) != "attached":
         return []
-    from futextrace.loading.contention import read_waits
     return read_waits(program.bpf)
 
 

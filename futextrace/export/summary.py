@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from futextrace.loading.layout import KIND
+from futextrace.kernel.layout import KIND
 from futextrace.record.aggregate import KIND_NAMES, filter_estimates
 
 PRIVATE = KIND["FT_PRIVATE"]

@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from futextrace.errors import EnvironmentProblem
+
 CACHE = Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace"))
 
 
@@ -128,7 +130,6 @@ def ensure_tracefs() -> None:
 
 def bcc_environment(prepare: bool = True) -> HeaderTree:
     """Point BCC at a header tree (sets BCC_KERNEL_SOURCE) or fail with advice."""
-    from futextrace.errors import EnvironmentProblem
     ensure_tracefs()
     tree = find_header_tree(prepare=prepare)
     if tree is None:

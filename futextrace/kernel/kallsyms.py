@@ -45,7 +45,7 @@ class Kallsyms:
             self._by_name.setdefault(s.name, []).append(s)
         # Clone name -> base name, e.g. "futex_wake.isra.0" -> "futex_wake".
         self._clones: dict[str, list[str]] = {}
-        # Base name -> its fragments, indexed once: a scan per question took 1.4 s.
+        # Base name -> its fragments, indexed once: a scan per question costs 1.4 s.
         self._fragments: dict[str, list[str]] = {}
         for s in symbols:
             if "." not in s.name:

@@ -21,6 +21,7 @@ from futextrace.kernel.btf import Btf, BtfError, Digest, TypeSource
 from futextrace.errors import EnvironmentProblem, FileProblem
 from futextrace.kernel.sizing import roundup_pow_of_two
 from futextrace.kernel.kallsyms import Kallsyms, Symbol
+from futextrace.workload.build import workload_path
 
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
@@ -217,7 +218,6 @@ def _symbols(btf: TypeSource, kallsyms_path: str | None, live: bool) -> tuple[Ka
 def _learn_clone_rule() -> tuple[str | None, str]:
     """Run cloneprobe: which clones allocate the hash? vfork, then a CLONE_VM
     clone without CLONE_THREAD, then a pthread, stopping at the first that does."""
-    from futextrace.workload.build import workload_path
     try:
         out = subprocess.run([str(workload_path("cloneprobe"))], capture_output=True,
                              text=True, timeout=10)

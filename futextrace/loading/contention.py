@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 
 from futextrace.errors import KernelRefused
+from futextrace.kernel.layout import enum
+from futextrace.loading import tpbtf
 
 # Entries of the per-CPU lock_waits map: one per (process, hash size, bucket,
 # waiting futex). Waits beyond it are counted (FTL_WAITS_LOST), not stored.
@@ -37,7 +39,6 @@ def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | N
     """Attach begin and end: tp_btf when both BTF ids are known and the
     kernel takes them (their fds appended to `links`), else raw tracepoints.
     Returns (probe names, why tp_btf was not used, the two programs' fds)."""
-    from futextrace.loading import tpbtf
     ids = [model.tp_btf_ids.get(tp) for tp in TRACEPOINTS]
     why = None
     if os.environ.get("FUTEXTRACE_NO_TP_BTF"):
@@ -87,7 +88,6 @@ def _items(table):
 
 
 def read_counters(bcc) -> dict[str, int]:
-    from futextrace.loading.layout import enum
     table = bcc["lock_counters"]
     out = {}
     for name, idx in enum("ft_lock_counter").items():

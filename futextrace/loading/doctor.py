@@ -15,9 +15,10 @@ from pathlib import Path
 
 from futextrace.kernel import model as kmodel
 from futextrace.kernel import errnos, prctl
-from futextrace.errors import EnvironmentProblem
-from futextrace.kernel.headers import ensure_tracefs
-from futextrace.loading import methods
+from futextrace.errors import EnvironmentProblem, FutextraceError
+from futextrace.kernel.headers import bcc_environment, ensure_tracefs, find_header_tree
+from futextrace.loading import fentry, methods, tpbtf
+from futextrace.loading.iterator import TaskIterator
 from futextrace.loading.methods import KPROBE_PMU
 
 LABELS = {"fentry": "fentry/fexit", "kprobe": "kprobe/kretprobe",
@@ -90,7 +91,6 @@ def require_private_hash(model: kmodel.KernelModel) -> None:
 
 
 def _bpf_class():
-    from futextrace.kernel.headers import bcc_environment
     bcc_environment()
     from bcc import BPF
 
@@ -194,7 +194,6 @@ def probe_fentry(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
     """fexit on futex_hash, the fentry method's one required program: refused
     by the kernel (a minimal load says why), unusable for the layout
     (futex_hash returning a struct on 7.2+), or attached and fired."""
-    from futextrace.loading import fentry
     layout = fentry.static_refusal(model)
     err, says = fentry.trial(model)
     if err > 0:
@@ -213,7 +212,6 @@ def probe_fentry(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
 
 def attach_hooks(model: kmodel.KernelModel, hooks: HookProgram) -> None:
     """Attach each hook the methods below report on (what each is, is theirs to say)."""
-    from futextrace.loading import tpbtf
     targets = _hash_targets(model)
     if targets:
         sym = model.functions[targets[0]].symbol.encode()
@@ -225,7 +223,6 @@ def attach_hooks(model: kmodel.KernelModel, hooks: HookProgram) -> None:
     tp_id = model.tp_btf_ids.get("sys_enter")
     if tp_id is not None:
         hooks.attach("tp_btf", lambda b: tpbtf.attach(b, "on_btf", tp_id))
-    from futextrace.loading import fentry
     if fentry.static_refusal(model) is None:
         fh = model.func_btf_ids["futex_hash"]
         hooks.attach("fentry", lambda b: fentry._load_attach(b, "on_fexit", fentry.BPF_TRACE_FEXIT, fh))
@@ -273,8 +270,6 @@ def probe_tp_btf(model: kmodel.KernelModel, hooks: HookProgram) -> MethodStatus:
 def probe_task_iterator(model: kmodel.KernelModel) -> MethodStatus:
     """What `snapshot` reads: load the task iterator and read every process once;
     it must find this very process."""
-    from futextrace.errors import FutextraceError
-    from futextrace.loading.iterator import TaskIterator
     try:
         with TaskIterator(model) as it:
             records = it.read()
@@ -316,7 +311,6 @@ def prctl_status() -> dict:
 
 
 def headers_status() -> dict:
-    from futextrace.kernel.headers import find_header_tree
     t = find_header_tree(prepare=True)
     if t is None:
         return {"path": None, "version": None, "matches_running": False}

@@ -21,7 +21,9 @@ import struct
 
 from futextrace.errors import KernelRefused
 from futextrace.kernel import errnos
+from futextrace.kernel.runtimeconst import read_kernel
 from futextrace.loading.bpfsys import load_tracing
+from futextrace.loading.kprobes import _kallsyms, text_range
 from futextrace.loading.tpbtf import attach_loaded
 
 BPF_TRACE_FENTRY = 24
@@ -100,8 +102,6 @@ def calls_into(model, caller: str, callee: str) -> bool | None:
     jcc with a 32-bit displacement; the 16 bytes of padding before a function
     count as its entry, for call thunks). None when the text cannot be read
     (no kallsyms addresses, no /proc/kcore)."""
-    from futextrace.kernel.runtimeconst import read_kernel
-    from futextrace.loading.kprobes import _kallsyms, text_range
     ks = _kallsyms(model)
     lo, hi = text_range(ks, caller)
     target, _ = text_range(ks, callee)

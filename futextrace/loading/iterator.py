@@ -21,9 +21,10 @@ import struct
 from pathlib import Path
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
+from futextrace.kernel.headers import bcc_environment
+from futextrace.kernel.layout import bpf_dir
 from futextrace.loading.bpfsys import ATTR_SIZE, BPF_TRACE_ITER, bpf, load_tracing
 from futextrace.loading import progcache
-from futextrace.loading.layout import bpf_dir
 
 BPF_LINK_CREATE = 28
 BPF_ITER_CREATE = 33
@@ -56,7 +57,6 @@ def _cache_dir() -> Path:
 
 def _compile(source: str, flags: list[str]) -> dict:
     """BCC compiles; we keep the instructions and the record's layout."""
-    from futextrace.kernel.headers import bcc_environment
     bcc_environment()
     from bcc import BPF, lib
     try:

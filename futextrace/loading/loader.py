@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
-from futextrace.loading.layout import bpf_dir
+from futextrace.kernel.layout import bpf_dir, header_text
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
+from futextrace.loading import contention, fentry, kprobes, tpbtf
+from futextrace.loading.bpfsys import prog_stats
 from futextrace.loading.contention import contention_macros
+from futextrace.loading.kprobes import attach_kprobes
+from futextrace.loading.progcache import compile_program
 
 METHODS = ("fentry", "kprobe", "tracepoint")
 # Per-CPU slots of the lookup cache (64 bytes each): 16 KiB, half of a
@@ -174,7 +178,6 @@ def _method_cflags(model, method: str) -> list[str]:
     """The kernel-bucket check's inputs (kprobe and fentry) and fentry's own."""
     if method == "tracepoint":
         return []
-    from futextrace.loading import fentry, kprobes
     return kprobes.cflags(model) + (fentry.cflags(model) if method == "fentry" else [])
 
 
@@ -197,8 +200,6 @@ def _tp_btf_id(model) -> int | None:
 
 
 def _compile(BPF, method: str, cflags: list[str]):
-    from futextrace.loading.layout import header_text
-    from futextrace.loading.progcache import compile_program
     try:
         return compile_program(BPF, source_for(method), cflags, header_text())
     except Exception as e:  # BCC raises bare Exceptions for compile/load/attach errors
@@ -253,7 +254,7 @@ class Program:
         self._prepared = None
         t0 = time.monotonic()
         # Where tp_btf is to be tried, the raw sys_enter hook is compiled out
-        # (TP_BTF_ONLY): it took a quarter of the compile time (0.2 of 0.9 s CPU).
+        # (TP_BTF_ONLY): it costs a quarter of the compile time (0.2 of 0.9 s CPU).
         self._bpf = _compile(BPF, method, cflags + (["-DTP_BTF_ONLY"] if self._tp_btf_id is not None else []))
         atexit.register(self.close)
         t1 = time.monotonic()
@@ -263,7 +264,6 @@ class Program:
             self.probes = self._attach_syscall_hooks(BPF) + [
                 "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
         elif method == "fentry":
-            from futextrace.loading import fentry
             try:
                 self._prepare()   # --comm's tgids in the filter before the counting fexit attaches
                 links, self.probes = fentry.attach(self._bpf, model)
@@ -281,7 +281,6 @@ class Program:
     def _attach_kprobes(self, model, method: str) -> list[str]:
         """The kprobe method's probes, futex_hash's return (where lookups are
         counted) last and timed (counting_from)."""
-        from futextrace.loading.kprobes import attach_kprobes
         stamps: dict = {}
         try:
             self._prepare()
@@ -299,7 +298,6 @@ class Program:
         Everything is loaded (the tail-called program's verification takes up
         to a second) before sys_enter, the hook that counts, is attached, last
         and timed (counting_from)."""
-        from futextrace.loading import tpbtf
         prog = None
         if self._tp_btf_id is not None:
             try:
@@ -348,7 +346,6 @@ class Program:
         """lock:contention_begin/end for bucket-lock waits (loading/contention.py);
         where they cannot be attached the recording goes on without them.
         Returns how they are attached, or why not."""
-        from futextrace.loading import contention
         why_not = contention.supported(model)
         if why_not:
             return why_not
@@ -370,13 +367,12 @@ class Program:
 
     @contextlib.contextmanager
     def hot_path_detached(self):
-        """For side-by-side benchmarks (bench/futexset.py): the futex hot path
+        """For side-by-side benchmarks (benchmarks/futexset.py): the futex hot path
         (the tp_btf sys_enter hook) detached for the `with` block and attached
         again after, with every map and count kept, so untraced and traced
         runs can alternate without a compile or a load in between."""
         if self.method != "tracepoint" or not self._counting_link_first():
             raise EnvironmentProblem("only the tracepoint method's tp_btf hook can be detached and reattached")
-        from futextrace.loading import tpbtf
         link, prog = self._tp_btf.pop(0)
         os.close(link)
         try:
@@ -437,7 +433,6 @@ class Program:
         running on that CPU (bpf_prog_info.recursion_misses): nested BPF, or,
         where syscall tracepoints run preemptibly (lazy/full preemption), a
         preempted run of ours. The lookups of a skipped run are not counted."""
-        from futextrace.loading.bpfsys import prog_stats
         missed = 0
         for fd in self.program_fds():
             try:

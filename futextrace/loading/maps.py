@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from futextrace.loading.layout import COUNTER, KIND
+from futextrace.kernel.layout import COUNTER, KIND
 from futextrace.loading.loader import SEEN_K
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")

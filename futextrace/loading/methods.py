@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from futextrace.errors import EnvironmentProblem
+from futextrace.loading import fentry
 
 KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
 PREFERENCE = ("fentry", "kprobe", "tracepoint")
@@ -40,7 +41,6 @@ def kprobe_precondition(model) -> str | None:
 def fentry_precondition(model) -> str | None:
     """Why the fentry method cannot work here, or None: the layout, then a
     minimal fexit load on futex_hash (microseconds; no compile)."""
-    from futextrace.loading import fentry
     return fentry.refusal(model)
 
 

@@ -12,7 +12,7 @@ a line to show. Devices, FIFOs and the like are written directly.
 
 Every write error (ENOSPC, EPIPE, EIO, a closed stdout) becomes one
 FileProblem line with exit code 5 instead of a traceback. Reads take regular
-files only, up to a size cap: `report /dev/zero` once read until memory ran out.
+files only, up to a size cap, so `report /dev/zero` cannot fill the memory.
 """
 from __future__ import annotations
 

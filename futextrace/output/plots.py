@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from futextrace.errors import FileProblem, UsageError
+from futextrace.output.jsonio import replace_with
 from futextrace.output.plots_contention import add_lock_wait_axis
 
 PLOT_SUFFIXES = (".png", ".svg")
@@ -28,7 +29,6 @@ def plot_path(path: str) -> Path:
 
 def save_figure(fig, out: Path, **savefig_args) -> Path:
     """Write `fig` to `out` and free it; a write error is a FileProblem."""
-    from futextrace.output.jsonio import replace_with
     try:   # beside, then renamed: a failed write leaves the old picture
         replace_with(str(out), lambda f: fig.savefig(f, format=out.suffix[1:].lower() or None,
                                                      **savefig_args))

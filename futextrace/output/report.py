@@ -7,6 +7,7 @@ from pathlib import Path
 from futextrace.record.aggregate import SCHEMA, SCHEMA_VERSION
 from futextrace.errors import FileProblem
 from futextrace.output.jsonio import read_bounded, write_file
+from futextrace.output.report_html import page
 
 # Keys render_text() needs; a file without them cannot be rendered.
 REQUIRED = ("method", "totals", "duration_s", "processes", "per_cpu", "per_node", "refcount", "resizes")
@@ -36,7 +37,6 @@ def load_recording(path: str) -> dict:
 def write_html(path: str, rec: dict, title: str, text: str, images: list[Path]) -> None:
     """One self-contained page (output/report_html.py): header, caveats, the
     pictures inlined as base64 with captions, tables, the text report."""
-    from futextrace.output.plots_recording import PICTURES
-    from futextrace.output.report_html import page
+    from futextrace.output.plots_recording import PICTURES   # matplotlib: only for pictures
     captions = {name: caption for name, (_, caption) in PICTURES.items()}
     write_file(path, page(rec, title, text, images, captions))   # beside, then renamed: a failed write leaves the old page

@@ -26,7 +26,7 @@ from futextrace import __version__
 from futextrace.analysis.atomic import resize_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.analysis.whatif import futex_list
-from futextrace.loading.layout import KIND
+from futextrace.kernel.layout import KIND
 # Recordings made before the `buckets` map held the exact counts in the futex list.
 from futextrace.loading.maps import futexes_as_buckets as buckets_from_futexes
 

@@ -200,13 +200,14 @@ class IntervalReporter:
         return row
 
     def show(self, row: dict) -> None:
-        """Print the interval; outputs are output/jsonio.Output, so a write error is
-        a FileProblem the recorder turns into the end of the run."""
-        from futextrace.output import jsonio
-        out = self.out or jsonio.stdout_output()
-        text = "\n".join(render(row, row["processes"], self.timestamps))
-        if out.file.isatty():
-            text = CLEAR + text   # redraw in place, like top
-        out.write(text + "\n")
+        """Print the interval; outputs are output/jsonio.Output (the command
+        gives them: output/ sits above record/), so a write error is a
+        FileProblem the recorder turns into the end of the run. Without an
+        output the row is kept and written as a JSON line only."""
+        if self.out is not None:
+            text = "\n".join(render(row, row["processes"], self.timestamps))
+            if self.out.file.isatty():
+                text = CLEAR + text   # redraw in place, like top
+            self.out.write(text + "\n")
         if self.jsonl:
             self.jsonl.write_jsonl(row)

@@ -15,6 +15,8 @@ import select
 import socket
 import threading
 
+from futextrace.record.targets import alive
+
 PROC_EVENT_FORK = 0x1
 PROC_EVENT_EXEC = 0x2
 PROC_EVENT_EXIT = 0x80000000
@@ -137,7 +139,6 @@ class ExitWatch:
     (the thread-group leader's exit, with its wait status)."""
 
     def __init__(self, events: ProcEvents, pids: list[int]):
-        from futextrace.record.targets import alive
         self._events = events
         self._pids = set(pids)
         # pid -> wait status (None: gone before we subscribed, status unknown)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from futextrace.errors import EnvironmentProblem, FileProblem, KernelRefused, UsageError
 from futextrace.kernel import modelcache
-from futextrace.loading.layout import EVENT
+from futextrace.kernel.layout import EVENT
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import candidates
@@ -48,7 +48,7 @@ class RecordOptions:
     max_futexes: int | None = None    # None: loader.default_max_futexes()
     timestamps: bool = False
     jsonl: object | None = None       # output/jsonio.Output for per-interval JSON lines
-    live_out: object | None = None    # output/jsonio.Output for per-interval text (None: stdout)
+    live_out: object | None = None    # output/jsonio.Output for per-interval text (None: not printed)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
     command_stdout_to_stderr: bool = False   # our stdout carries JSON: the command's goes to stderr

@@ -1,4 +1,4 @@
-"""Program.hot_path_detached(), which bench/futexset.py uses to run untraced
+"""Program.hot_path_detached(), which benchmarks/futexset.py uses to run untraced
 and traced workloads side by side with one loaded program: while detached, a
 workload's futex calls are not counted; attached again, the next workload's
 calls are counted exactly, and what was counted before is kept."""

@@ -45,7 +45,7 @@ def by_map_name(insns: bytes, bpf) -> list[tuple]:
 def compiled(tmp_path, monkeypatch, kernel_model):
     """compile_program for the tracepoint text, into an empty program cache."""
     from futextrace.kernel.headers import bcc_environment
-    from futextrace.loading.layout import header_text
+    from futextrace.kernel.layout import header_text
     from futextrace.loading.loader import Filters, cflags_for, source_for
     from futextrace.loading.progcache import compile_program
     bcc_environment()       # the header tree from the usual cache, before it moves

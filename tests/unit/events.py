@@ -1,6 +1,6 @@
 """Hand-made ring-buffer events (struct ft_event as record/recorder.py
 decodes it) for the unit tests of the timeline, explain and the live view."""
-from futextrace.loading.layout import EVENT
+from futextrace.kernel.layout import EVENT
 
 
 def event(typ: str, t: float, tid: int = 100, nr_threads: int = 2, **fields) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.analysis import explain as E
-from futextrace.record import snapshot as S
+from futextrace.record import hashrows, snapshot_fallback
 from futextrace.analysis.timeline import build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -186,12 +186,12 @@ def test_timeline_keeps_first_sight_after_newtask():
 
 
 def test_snapshot_describe():
-    assert S.describe(None)["seen"] is False
-    assert S.describe({"buckets": 16, "custom": False})["text"] == "private hash, 16 buckets, automatic"
-    d = S.describe({"buckets": 0, "custom": True})
+    assert hashrows.describe(None)["seen"] is False
+    assert hashrows.describe({"buckets": 16, "custom": False})["text"] == "private hash, 16 buckets, automatic"
+    d = hashrows.describe({"buckets": 0, "custom": True})
     assert (d["kind"], d["mode"]) == ("global", "custom") and "for good" in d["text"]
     states = [{"t": 2, "pid": 1, "buckets": 32}, {"t": 1, "pid": 1, "buckets": 16}]
-    assert S.latest_states({"hash_states": states})[1]["buckets"] == 32
+    assert snapshot_fallback.latest_states({"hash_states": states})[1]["buckets"] == 32
 
 
 def test_kprobe_allocation_is_paired_with_the_clone_that_follows():

@@ -10,7 +10,7 @@ import random
 import numpy as np
 
 from futextrace.export import summary
-from futextrace.loading.layout import KIND
+from futextrace.kernel.layout import KIND
 from futextrace.record.aggregate import build_recording
 
 NCPU = 3

@@ -1,6 +1,6 @@
 """The live view's per-interval arithmetic on hand-made snapshots."""
+from futextrace.kernel.layout import KIND
 from futextrace.record import live
-from futextrace.loading.layout import KIND
 
 
 def futex(tgid, uaddr, lookups, bucket, kind="FT_PRIVATE", mask=63, cpus=2):

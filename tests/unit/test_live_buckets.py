@@ -1,7 +1,7 @@
 """The live view with the exact per-bucket counts: per-process lookups stay
 exact when the bounded per-futex list holds only part of them."""
+from futextrace.kernel.layout import KIND
 from futextrace.record.live import IntervalReporter
-from futextrace.loading.layout import KIND
 
 
 def bucket(tgid, b, lookups, mask=63):

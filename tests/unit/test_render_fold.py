@@ -5,7 +5,7 @@ import copy
 import json
 from pathlib import Path
 
-from futextrace.loading.layout import KIND
+from futextrace.kernel.layout import KIND
 from futextrace.output.render import FOLD_TOP, fold_processes, log2_hist, render_text
 from futextrace.record import live
 

@@ -1,11 +1,11 @@
 """Boot one kernel of the VM matrix and run a command in the guest, in this checkout.
 
 For what needs kprobes or another kernel but is not a test: a benchmark
-(bench/kprobe_overhead.py), a look at the guest's kallsyms. The guest is the
+(benchmarks/kprobe_overhead.py), a look at the guest's kallsyms. The guest is the
 one the tests boot (tests/vm/kernels.py: CPUs, memory, NUMA nodes, time limit);
 the command's output is printed when the guest ends.
 
-    sudo .venv/bin/python tests/vm/guestrun.py 7.3 -- .venv/bin/python bench/kprobe_overhead.py
+    sudo .venv/bin/python tests/vm/guestrun.py 7.3 -- .venv/bin/python benchmarks/kprobe_overhead.py
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ program load and attach), and where the instructions came from
 
 Target (issue 13): attached within 1.5 s on an idle 2-CPU machine.
 
-    sudo .venv/bin/python bench/attach.py -n 5
+    sudo .venv/bin/python benchmarks/attach.py -n 5
 """
 from __future__ import annotations
 

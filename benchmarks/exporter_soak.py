@@ -2,7 +2,7 @@
 """Cost and stability of `futextrace serve` under a scrape every second.
 
 Starts the exporter on a free loopback port, then a thread-churning workload
-(bench/memory_bound.py's driver: threads born and dying all the time, futex
+(benchmarks/memory_bound.py's driver: threads born and dying all the time, futex
 keys that never stop coming) plus a new short-lived futexbench process every
 --spawn-every seconds (PIDs that come and go, so the series bound and the
 exit grace period are exercised). It first measures the exporter idle (no
@@ -15,8 +15,8 @@ the time one read of the kernel maps took, and what the exporter's recorder
 retains (events, per-process comms: bounded by the live processes and those
 in their grace period).
 
-    sudo .venv/bin/python bench/exporter_soak.py --minutes 10
-    sudo .venv/bin/python bench/exporter_soak.py --minutes 10 --interval 15 --every 60
+    sudo .venv/bin/python benchmarks/exporter_soak.py --minutes 10
+    sudo .venv/bin/python benchmarks/exporter_soak.py --minutes 10 --interval 15 --every 60
 
 --interval is the scrape interval (1 s by default; Prometheus's default is 15 s).
 --steady replaces the thread-churning driver by one long-lived futexbench (2

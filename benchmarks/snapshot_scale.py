@@ -11,7 +11,7 @@ snapshot has rows to print), then times, side by side in one run:
 - its parts in this process: the kernel model, loading the task iterator
   (compiled instructions from the cache), one read of every task, the rows.
 
-    sudo .venv/bin/python bench/snapshot_scale.py --procs 10000 --runs 5
+    sudo .venv/bin/python benchmarks/snapshot_scale.py --procs 10000 --runs 5
 
 Not a test: it prints figures (target: under 1 s on 2 CPUs). Needs root and cc.
 """
@@ -73,7 +73,7 @@ def command_time(out: Path) -> tuple[float, int]:
 def parts() -> dict[str, float]:
     from futextrace.kernel import model as kmodel
     from futextrace.loading.iterator import TaskIterator
-    from futextrace.record.snapshot import iterator_rows
+    from futextrace.record.hashrows import iterator_rows
     t0 = time.perf_counter()
     model = kmodel.load()
     t1 = time.perf_counter()

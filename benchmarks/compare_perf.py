@@ -12,7 +12,7 @@ throughput swings by 2x between runs:
   - ops per CPU-second of the benchmark process (from wait4's rusage), which
     does not count the time the threads sat preempted.
 
-    .venv/bin/python bench/compare_perf.py -t 1 -r 2 -n 5
+    .venv/bin/python benchmarks/compare_perf.py -t 1 -r 2 -n 5
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ overstated). Idle, then with two busy-loop processes. Each TREE (a checkout,
 default this one) runs with PYTHONPATH=TREE, so an older tree can be compared
 side by side on the same host.
 
-    sudo .venv/bin/python bench/window.py [--runs 3] [TREE ...]
+    sudo .venv/bin/python benchmarks/window.py [--runs 3] [TREE ...]
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ Two measurements that do not depend on a quiet machine:
 
 Also prints the run-to-run spread of each side, which is what "measurable" means here.
 
-    sudo .venv/bin/python bench/contention_cost.py --rounds 5
+    sudo .venv/bin/python benchmarks/contention_cost.py --rounds 5
 """
 from __future__ import annotations
 

@@ -8,14 +8,14 @@ see the same machine. Prints per size the median retained throughput of each
 and the median per-round difference B - A. A build that changes maps or
 futextrace.h is out of scope (B shares the tree's header).
 
-    sudo .venv/bin/python bench/ab_variants.py --variant DIR --sizes 16,262144,1048576 --rounds 14
+    sudo .venv/bin/python benchmarks/ab_variants.py --variant DIR --sizes 16,262144,1048576 --rounds 14
 
 With --bpf-ns, each build runs alone in turn and the figure is its BPF ns per
 run from the kernel's run statistics, and the per-round difference of the gaps
 (largest size minus smallest), B minus A: 5-10 ns differences that throughput
 on a shared machine cannot resolve (the minimum is the quietest run).
 
-    sudo .venv/bin/python bench/ab_variants.py --variant DIR --bpf-ns --sizes 16,1048576 --rounds 80 --runtime 0.1
+    sudo .venv/bin/python benchmarks/ab_variants.py --variant DIR --bpf-ns --sizes 16,1048576 --rounds 80 --runtime 0.1
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ Workloads: the built-in futexbench `-t 1 -r 2`, and `perf bench futex hash -t 1 
 when perf is installed. BPF programs are compiled and attached before the
 workload starts and detached after it ends: only the workload's run is timed.
 
-    sudo .venv/bin/python bench/overhead.py --pairs 8
+    sudo .venv/bin/python benchmarks/overhead.py --pairs 8
 """
 from __future__ import annotations
 

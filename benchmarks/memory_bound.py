@@ -8,7 +8,7 @@ RSS (VmRSS) and the entry count of each of its BPF maps (found through the
 tracer's own file descriptors, /proc/PID/fdinfo map_id, so other tools' maps
 with the same names are never counted).
 
-    sudo .venv/bin/python bench/memory_bound.py --minutes 10
+    sudo .venv/bin/python benchmarks/memory_bound.py --minutes 10
 
 Not a test: it prints figures for the README. Needs root, bpftool and cc.
 """

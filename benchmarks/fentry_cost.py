@@ -22,7 +22,7 @@ it runs in a VM guest (tests/vm/guestrun.py). Three figures, side by side:
 Under QEMU/TCG absolute times are tens of times those of real hardware and an
 int3 trap is emulated in software: only ratios within this run mean anything.
 
-    sudo .venv/bin/python tests/vm/guestrun.py 6.18 -- .venv/bin/python bench/fentry_cost.py --pairs 3
+    sudo .venv/bin/python tests/vm/guestrun.py 6.18 -- .venv/bin/python benchmarks/fentry_cost.py --pairs 3
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ Workload: the built-in futexbench `-t 1 -r RUNTIME`. The empty programs are
 compiled once and attached per run; futextrace's recorder compiles per run
 (before the workload starts: only the workload's run is timed).
 
-    python tests/vm/guestrun.py 7.3 -- .venv/bin/python bench/kprobe_overhead.py --pairs 3
+    python tests/vm/guestrun.py 7.3 -- .venv/bin/python benchmarks/kprobe_overhead.py --pairs 3
 """
 from __future__ import annotations
 

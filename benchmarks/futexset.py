@@ -29,7 +29,7 @@ the lookups the tracer could not attribute to a bucket ("map full") and the
 workload's lookups the bounded per-futex list does not name (the per-bucket
 and per-process counts stay exact).
 
-    sudo .venv/bin/python bench/futexset.py
+    sudo .venv/bin/python benchmarks/futexset.py
 """
 from __future__ import annotations
 

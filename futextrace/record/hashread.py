@@ -1,0 +1,37 @@
+"""Reading every process's futex hash at once: the checks before it, the BPF
+task iterator (loading/iterator.py) and the header of what was read."""
+from __future__ import annotations
+
+import os
+
+from futextrace.errors import EnvironmentProblem, FutextraceError
+from futextrace.loading.iterator import TaskIterator
+from futextrace.record import targets
+
+ITERATOR = "iterator"
+WATCH = "watch"
+
+
+def check_ready(model, pids: list[int]) -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("futextrace needs root (CAP_BPF and CAP_PERFMON): run it with sudo")
+    if not model.private_hash:
+        raise EnvironmentProblem("this kernel has no futex private hash (CONFIG_FUTEX_PRIVATE_HASH, "
+                                 "Linux 6.17+): nothing for futextrace to show")
+    for pid in pids:
+        targets.check_pid(pid)
+
+
+def header(model, method: str, why: str) -> dict:
+    topo, g = model.topology, model.global_hash
+    return {"method": method, "why": why,
+            "online_cpus": len(topo.online_cpus) if topo else None,
+            "global_buckets": g.buckets_per_node if g else None}
+
+
+def open_iterator(model):
+    """(TaskIterator, "") or (None, why the kernel refused it)."""
+    try:
+        return TaskIterator(model), ""
+    except FutextraceError as e:
+        return None, str(e)

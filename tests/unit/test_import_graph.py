@@ -1,0 +1,63 @@
+"""futextrace's import graph (scripts/import-cycles.py): no cycle between its
+modules, and no import of a futextrace module hidden inside a function, save
+the few listed with a reason (matplotlib, for pictures only)."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "import-cycles.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("import_cycles", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tree_has_no_cycle_and_no_hidden_import():
+    r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+
+
+def test_allowed_imports_have_reasons_and_exist():
+    ic = load_script()
+    _, hidden = ic.graph()
+    present = {(m, t) for m, t, _ in hidden}
+    for edge, reason in ic.ALLOWED.items():
+        assert reason.strip(), edge
+        assert edge in present, f"{edge} is allowed but no longer imported inside a function"
+
+
+def write(root: Path, name: str, text: str) -> None:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_a_cycle_and_a_hidden_import_are_found(tmp_path):
+    # a -> sub.b at the top, sub.b -> a inside a function (relative), c -> a inside a function.
+    write(tmp_path, "futextrace/__init__.py", "")
+    write(tmp_path, "futextrace/a.py", "from futextrace.sub import b\n")
+    write(tmp_path, "futextrace/sub/__init__.py", "")
+    write(tmp_path, "futextrace/sub/b.py", "def f():\n    from .. import a\n    return a\n")
+    write(tmp_path, "futextrace/c.py", "import os\n\n\ndef g():\n    import futextrace.a\n")
+    found = load_script().problems(tmp_path)
+    assert "cycle: futextrace.a -> futextrace.sub.b -> futextrace.a" in found
+    assert "function-level import: futextrace.sub.b line 2 imports futextrace.a" in found
+    assert "function-level import: futextrace.c line 5 imports futextrace.a" in found
+    assert len(found) == 3, found
+
+
+def test_a_layered_package_passes(tmp_path):
+    write(tmp_path, "futextrace/__init__.py", "")
+    write(tmp_path, "futextrace/low.py", "import json\n\n\ndef f():\n    import matplotlib\n")
+    write(tmp_path, "futextrace/high.py", "from futextrace import low\nfrom futextrace.low import f\n")
+    ic = load_script()
+    assert ic.problems(tmp_path) == []
+    edges, hidden = ic.graph(tmp_path)
+    assert edges["futextrace.high"] == {"futextrace.low"} and hidden == []
