@@ -26,8 +26,9 @@ and for futextrace, and their ratio (what futextrace's own work costs). BPF run
 statistics are off during these runs (they cost time per run); one more traced
 run per size with a fresh recorder and statistics on gives the BPF ns per run,
 the lookups the tracer could not attribute to a bucket ("map full") and the
-workload's lookups the bounded per-futex list does not name (the per-bucket
-and per-process counts stay exact).
+workload's distinct futexes as counted (exact while the per-futex list has
+room, else an estimate from the first-seen filter; futexbench -t 1 -f N has
+N futexes).
 
     sudo .venv/bin/python benchmarks/futexset.py
 """
@@ -51,6 +52,24 @@ SETTLE = 0.02         # seconds after a switch before a turn's window opens
 SAMPLE_MS = 5         # futexbench --interval-ms
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
 BARE_HOOK = "int ft_bare_sys_enter(u64 *ctx) { return 0; }"
+# The tax on a syscall that is not a futex call: ns per getppid() in a loop.
+GETPPID_C = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    long n = atol(argv[1]); struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) syscall(SYS_getppid);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);
+    return 0;
+}
+"""
+GETPPID_CALLS = 500_000
 
 
 def run_workload(nfutexes: int, runtime: str) -> dict:
@@ -152,7 +171,30 @@ def one_round(i: int, sizes: list[int], cycles: int, slot: float, program, bare:
               f"futextrace {statistics.median(r['futextrace'] for r in last):.3f}", flush=True)
 
 
-def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, model) -> dict:
+def getppid_binary() -> str:
+    import tempfile
+    d = tempfile.mkdtemp(prefix="ft-getppid-")
+    src, exe = os.path.join(d, "getppid.c"), os.path.join(d, "getppid")
+    with open(src, "w") as f:
+        f.write(GETPPID_C)
+    subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
+    return exe
+
+
+def measure_tax(rounds: int, program, bare: BareHook, tax: dict) -> None:
+    """ns per getppid() under each condition, the conditions back to back in a
+    rotating order each round: what a non-futex syscall pays."""
+    exe = getppid_binary()
+    for i in range(rounds):
+        for cond in CONDITIONS[i % 3:] + CONDITIONS[:i % 3]:
+            with contextlib.ExitStack() as stack:
+                switch_to(cond, program, bare, stack)
+                out = subprocess.run([exe, str(GETPPID_CALLS)], capture_output=True, text=True, check=True)
+                tax[cond].append(float(out.stdout))
+
+
+def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, model,
+                       tax: dict | None = None, tax_rounds: int = 0) -> dict:
     from futextrace.record.recorder import Recorder, RecordOptions
     from futextrace.loading.loader import _tp_btf_id
     btf_id = _tp_btf_id(model)
@@ -168,6 +210,8 @@ def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, 
         try:
             for i in range(rounds):
                 one_round(i, sizes, cycles, slot, rec.program, bare, results)
+            if tax is not None:
+                measure_tax(tax_rounds, rec.program, bare, tax)
         except BaseException as e:    # reported by the main thread
             failure.append(e)
     try:
@@ -201,8 +245,8 @@ def measure_detail(n: int, runtime: str, model) -> dict:
         mine = [p for p in recording["processes"] if p["pid"] == out["pid"]]
         return {"bpf_ns": sum(s.run_time_ns for s in stats) / runs if runs else 0.0,
                 "unattributed": recording["totals"]["unattributed"],
-                "missed": sum(h.get("futex_detail", {}).get("lookups_missed", 0)
-                              for p in mine for h in p["hashes"])}
+                "distinct": sum(h["distinct_futexes"] for p in mine for h in p["hashes"]),
+                "exact": not any("estimates" in h for p in mine for h in p["hashes"])}
     finally:
         rec.close()
 
@@ -231,6 +275,7 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=5, help="turns of the three conditions per round")
     ap.add_argument("--slot", type=float, default=0.1, help="seconds per condition per turn")
     ap.add_argument("--runtime", default="0.5", help="seconds of the statistics run per size")
+    ap.add_argument("--tax-rounds", type=int, default=9, help="rounds of the getppid() tax measurement")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated futex set sizes")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -242,18 +287,29 @@ def main() -> int:
     from futextrace.kernel import model as kmodel
     model = kmodel.load()
     with bpf_stats(False):
-        results = measure_throughput(sizes, a.rounds, a.cycles, a.slot, model)
+        tax = {c: [] for c in CONDITIONS}
+        results = measure_throughput(sizes, a.rounds, a.cycles, a.slot, model, tax, a.tax_rounds)
     with bpf_stats(True):
         detail = {n: measure_detail(n, a.runtime, model) for n in sizes}
     print_table(sizes, results, detail)
+    print_tax(tax)
     print(f"# load average {os.getloadavg()[0]:.2f} at end")
     return 0
+
+
+def print_tax(tax: dict) -> None:
+    """The other-syscall tax: ns per getppid() above the untraced median."""
+    base = statistics.median(tax["untraced"])
+    (bl, bh), (fl, fh) = quartiles(tax["bare"]), quartiles(tax["futextrace"])
+    print(f"\n# getppid(): untraced {base:.1f} ns per call; tax (median of {len(tax['untraced'])} rounds, IQR): "
+          f"bare hook +{statistics.median(tax['bare']) - base:.1f} ns ({bl - base:+.1f}..{bh - base:+.1f}), "
+          f"futextrace +{statistics.median(tax['futextrace']) - base:.1f} ns ({fl - base:+.1f}..{fh - base:+.1f})")
 
 
 def print_table(sizes, results, detail) -> None:
     print("\n| distinct futexes | untraced ops/s | retained, bare hook (median; IQR) "
           "| retained, futextrace (median; IQR) | futextrace / bare hook | BPF ns per run "
-          "| unattributed lookups | lookups not in the per-futex list |")
+          "| unattributed lookups | distinct futexes counted (exact or estimate) |")
     print("|---|---|---|---|---|---|---|---|")
     med = {}
     for n in sizes:
@@ -265,7 +321,8 @@ def print_table(sizes, results, detail) -> None:
         d = detail[n]
         print(f"| {n:,} | {statistics.median(r['untraced'] for r in rs):,.0f} "
               f"| {med[n][0]:.3f} ({bl:.3f}..{bh:.3f}) | {med[n][1]:.3f} ({fl:.3f}..{fh:.3f}) "
-              f"| {own:.3f} | {d['bpf_ns']:.0f} | {d['unattributed']:,} | {d['missed']:,} |")
+              f"| {own:.3f} | {d['bpf_ns']:.0f} | {d['unattributed']:,} "
+              f"| {d['distinct']:,} {'exact' if d['exact'] else 'estimate'} |")
     ref = sizes[0]
     for label, k in (("futextrace", 1), ("bare hook", 0), ("futextrace / bare hook", 2)):
         print(f"# {label}, minus the {ref:,}-futex figure: "

@@ -454,23 +454,34 @@ static __always_inline void flush_slot(struct cache_slot *cs)
  * positive): user space bounds how often from the filter's fill. Two CPUs
  * seeing one new futex at once may both answer 1; the list keeps one entry.
  */
-static __always_inline u32 first_seen(struct futex_stat_key *key)
+static __always_inline u64 fmix64(u64 x)
 {
-	u64 x = key->uaddr + key->tgid * 0x9E3779B97F4A7C15ULL +
-		(key->hash_mask | ((u64)key->kind << 32)) * 0xC2B2AE3D27D4EB4FULL;
-	x ^= x >> 33;                     /* murmur3's fmix64: every bit mixed */
+	x ^= x >> 33;                     /* murmur3's finalizer: every bit mixed */
 	x *= 0xFF51AFD7ED558CCDULL;
 	x ^= x >> 33;
 	x *= 0xC4CEB9FE1A85EC53ULL;
 	x ^= x >> 33;
-	u32 w = x >> (64 - SEEN_WORDS_LOG2);
+	return x;
+}
+
+static __always_inline u32 first_seen(struct futex_stat_key *key)
+{
+	/* The futexes of one 2^SEEN_SPAN_SHIFT-byte span share a 64-byte line of
+	 * the filter, one word each (their slot in the span, rotated by the
+	 * span's hash): a program walking an array of futexes reads one filter
+	 * line per span, not a cache miss per futex, and keys share a word only
+	 * with keys of other spans, so a word is as good as a random one. */
+	u64 x = fmix64((key->uaddr >> SEEN_SPAN_SHIFT) + key->tgid * 0x9E3779B97F4A7C15ULL +
+		       (key->hash_mask | ((u64)key->kind << 32)) * 0xC2B2AE3D27D4EB4FULL);
+	u64 y = fmix64(x ^ key->uaddr);
+	u32 w = ((u32)(x >> (64 - SEEN_WORDS_LOG2 + 3)) << 3) | (u32)(((key->uaddr >> 2) + x) & 7);
 	u64 *word = seen.lookup(&w);
 	if (!word)
 		return 0;
 	u64 bits = 0;
 #pragma unroll
 	for (int i = 0; i < SEEN_K; i++)
-		bits |= 1ULL << ((x >> (6 * i)) & 63);
+		bits |= 1ULL << ((y >> (6 * i)) & 63);
 	if ((*word & bits) == bits)
 		return 0;
 	*word |= bits;

@@ -35,11 +35,14 @@ BCACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots
 # A lookup-cache miss is admitted to the cache once per ADMIT_EVERY misses
 # counted in its bucket's slot; the others are counted in that slot only.
 ADMIT_EVERY = 32
-# The first-seen filter (bpf/futex_common.h first_seen): 2^18 words (2 MiB,
-# shared by all CPUs), SEEN_K bits per key. Simulated with uniform keys, a
-# key taken as seen that was not (a missed futex) is 1 in 10^6 at 65,536
-# futexes and 1 in 1,000 at 1,048,576: docs/figures.md, "First-seen filter".
-SEEN_WORDS_LOG2 = 18
+# The first-seen filter (bpf/futex_common.h first_seen): 2^19 words (4 MiB,
+# shared by all CPUs), SEEN_K bits per key, the futexes of one 32-byte span in
+# one 64-byte line (a futex array costs one filter line per 8 futexes: 66 ns
+# less per lookup at a million futexes than a line per futex). Simulated
+# (benchmarks/seen_filter_sim.py), a new futex taken as seen is 1 in 10^6 at
+# 65,536 futexes and 1 in 10^4 at 1,048,576: docs/figures.md, "First-seen filter".
+SEEN_WORDS_LOG2 = 19
+SEEN_SPAN_SHIFT = 5
 SEEN_K = 6
 FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
 FUTEXES_MAX_DEFAULT = 65536
@@ -110,6 +113,16 @@ def _need(model, key: str) -> int:
     return int(val)
 
 
+def _size_macros(max_futexes: int, ncpu_ids: int) -> dict[str, int]:
+    """The maps' sizes and the caches' and filter's shapes, as compiled in."""
+    bslots = bcache_slots(ncpu_ids)
+    return {"MAX_FUTEXES": max_futexes, "MAX_BUCKETS": MAX_BUCKETS, "NR_CPU_IDS": ncpu_ids,
+            "FCACHE_SLOTS": FCACHE_SLOTS, "FCACHE_BITS": FCACHE_SLOTS.bit_length() - 1,
+            "BCACHE_SLOTS": bslots, "BCACHE_BITS": bslots.bit_length() - 1, "ADMIT_EVERY": ADMIT_EVERY,
+            "SEEN_WORDS_LOG2": SEEN_WORDS_LOG2, "SEEN_K": SEEN_K, "SEEN_SPAN_SHIFT": SEEN_SPAN_SHIFT,
+            "RINGBUF_PAGES": 256}
+
+
 def cflags_for(model, method: str, filters: Filters, max_futexes: int,
                ncpu_ids: int | None = None) -> list[str]:
     off = {
@@ -144,18 +157,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     off.update(node_macros(model.topology.possible_nodes))   # nr_node_ids: possible nodes
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
-    off["MAX_FUTEXES"] = max_futexes
-    off["MAX_BUCKETS"] = MAX_BUCKETS
-    ncpu_ids = ncpu_ids or nr_cpu_ids()
-    off["NR_CPU_IDS"] = ncpu_ids
-    off["FCACHE_SLOTS"] = FCACHE_SLOTS
-    off["FCACHE_BITS"] = FCACHE_SLOTS.bit_length() - 1
-    off["BCACHE_SLOTS"] = bcache_slots(ncpu_ids)
-    off["BCACHE_BITS"] = off["BCACHE_SLOTS"].bit_length() - 1
-    off["ADMIT_EVERY"] = ADMIT_EVERY
-    off["SEEN_WORDS_LOG2"] = SEEN_WORDS_LOG2
-    off["SEEN_K"] = SEEN_K
-    off["RINGBUF_PAGES"] = 256
+    off.update(_size_macros(max_futexes, ncpu_ids or nr_cpu_ids()))
     flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
     if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
