@@ -19,6 +19,7 @@ lock counts as same_futex: collision figures are a lower bound.
 from __future__ import annotations
 
 from futextrace.kernel.jhash import private_bucket
+from futextrace.kernel.sizing import buckets_of
 
 CAUSES = ("collision", "same_futex", "unknown")
 MAX_SLOTS = 1 << 16          # the largest size advice names
@@ -48,7 +49,7 @@ def _buckets(rows: list[dict]) -> dict[tuple, dict]:
     out: dict[tuple, dict] = {}
     for r in rows:
         key = (r["tgid"], r["hash_mask"], r["bucket"])
-        b = out.setdefault(key, {"bucket": r["bucket"], "buckets": r["hash_mask"] + 1, "waits": 0,
+        b = out.setdefault(key, {"bucket": r["bucket"], "buckets": buckets_of(r["hash_mask"]), "waits": 0,
                                  "wait_ns": 0, "max_ns": 0, "futexes": []})
         b["waits"] += r["waits"]
         b["wait_ns"] += r["wait_ns"]

@@ -19,16 +19,16 @@ from errno import EBUSY, EINVAL, ENOMEM
 
 from futextrace.kernel.constants import FH_CUSTOM, PR_FUTEX_HASH_SET_SLOTS
 from futextrace.kernel.layout import EVENT
-from futextrace.kernel.sizing import auto_buckets, threads_before_clone
+from futextrace.kernel.sizing import auto_buckets, buckets_of, threads_before_clone
 
 
-def buckets_of(mask: int, present: bool) -> int:
+def _buckets(mask: int, present: bool) -> int:
     """Bucket count of a private hash (0 = global hash)."""
-    return mask + 1 if present and mask else 0
+    return buckets_of(mask) if present and mask else 0
 
 
 def _now_buckets(ev: dict) -> int:
-    return buckets_of(ev["hash_mask"], bool(ev["hash"]))
+    return _buckets(ev["hash_mask"], bool(ev["hash"]))
 
 
 def _resize(t: float, ev: dict, trigger: str, *, clone_flags: int | None, threads: int,
@@ -102,7 +102,7 @@ def _resolve_prctl(p: _Proc, ev: dict) -> None:
         wanted = (bool(ev["hash"]) and ev["hash"] != old_hash and bool(ev["custom"])
                   and ev["hash_mask"] == (slots - 1 if slots else 0))
         if wanted:
-            r["result"], r["new_buckets"] = 0, buckets_of(ev["hash_mask"], True)
+            r["result"], r["new_buckets"] = 0, _buckets(ev["hash_mask"], True)
             _pivoted(r, ev["t"])
         elif ev["tid"] == tid:
             r["result"] = -ENOMEM               # back from prctl, and the hash is not the one asked for
@@ -172,7 +172,7 @@ class _Timeline:
         self.threads.append({"t": ev["t"], "pid": ev["tgid"], "tid": ev["arg1"], "event": "new",
                              "clone_flags": flags, "nr_threads": nr})
         now = _now_buckets(ev)
-        new_pending = buckets_of(ev["hash_new_mask"], bool(ev["hash_new"])) if ev["hash_new"] else None
+        new_pending = _buckets(ev["hash_new_mask"], bool(ev["hash_new"])) if ev["hash_new"] else None
         changed = p.hash is not None and ev["hash"] != p.hash
         first_alloc = p.hash in (None, 0) and ev["hash"] and now
         # A clone never installs a custom hash: one seen here was installed by a
@@ -244,7 +244,7 @@ class _Timeline:
                 _pivoted(r, ev["t"])
                 p.hash, p.buckets = ev["hash"], r["new_buckets"]
             elif ev["hash_new"]:
-                r["new_buckets"] = buckets_of(ev["hash_new_mask"], True)
+                r["new_buckets"] = _buckets(ev["hash_new_mask"], True)
                 p.pending = r
             # else nothing to do: already this size (new_buckets stays old)
         self.resizes.append(r)

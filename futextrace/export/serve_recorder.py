@@ -16,6 +16,8 @@ from futextrace import __version__
 from futextrace.analysis.timeline import build_timeline
 from futextrace.export import summary
 from futextrace.export.mapread import BatchRecorder, lookup_batch
+from futextrace.loading import exact
+from futextrace.loading.maps import bucket_entry
 from futextrace.record import targets
 from futextrace.record.aggregate import _refcount, _totals
 from futextrace.record.recorder import Recorder
@@ -84,9 +86,9 @@ class ServeRecorder(BatchRecorder):
             keys = np.frombuffer(kb, dtype=kd, count=n)
             stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
         keys, stats = self._delete_forgotten(table, kb, keys, stats)
-        self._map_rows = _bucket_rows_of(keys, stats)   # the map's share of the exact counts
+        self._map_rows = futex_share_rows(keys, stats)   # the map's share of the exact counts
         ck, cs = self._cache_arrays(kd, sd, ncpu)
-        listed = _in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
+        listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
         return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
 
     def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
@@ -127,23 +129,20 @@ class ServeRecorder(BatchRecorder):
         return keys[~gone], stats[~gone]
 
     def bucket_rows(self) -> list[tuple]:
-        """The exact per-bucket counts as summary.BUCKET_FIELDS: the `buckets` map (entries of forgotten processes
-        deleted, their lookups folded), the futexes map's share (read by
-        futex_arrays(), which must run first) and both caches' slots not yet
-        flushed."""
-        table, rows = self.program.bpf["buckets"], []
+        """The exact per-bucket counts as exact.BUCKET_FIELDS rows, the tiers of
+        exact.bucket_entries with CPUs summed: the `buckets` map (entries of
+        forgotten processes deleted, their lookups folded), the futexes map's
+        share (read with numpy by futex_arrays(), which must run first) and
+        both caches' slots not yet flushed."""
+        table, kept = self.program.bpf["buckets"], []
         for k, vals in table.items():
-            lookups, atomic = sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals)
             if k.tgid in self.forgotten:
-                self._fold(k.kind, lookups, atomic)
+                self._fold(k.kind, sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals))
                 del table[k]
                 continue
-            rows.append((k.tgid, k.kind, k.hash_mask, k.bucket, lookups, atomic, sum(v.unlisted for v in vals)))
-        rows += self._map_rows
-        rows += [(tgid, kind, hash_mask, bucket, lookups, atomic, unlisted)
-                 for _cpu, tgid, kind, hash_mask, bucket, _node, (lookups, atomic, _checked, unlisted)
-                 in self.maps.cached_bucket_rows()]
-        return rows
+            kept.append(bucket_entry(k, vals))
+        return (exact.bucket_rows(kept) + self._map_rows
+                + exact.cache_bucket_rows(self.maps.cached_bucket_rows()))
 
     def _fold(self, kind: int, lookups: int, atomic: int) -> None:
         if kind == summary.PRIVATE:
@@ -186,9 +185,11 @@ class ServeRecorder(BatchRecorder):
             return self.comms[tgid]
 
 
-def _bucket_rows_of(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
-    """summary.BUCKET_FIELDS for each futex entry and CPU with lookups (each
-    CPU computed the bucket it counted under; a listed futex is not unlisted)."""
+def futex_share_rows(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
+    """exact.bucket_rows(exact.futex_share(...)) of the futexes map's arrays,
+    with numpy (a full map every scrape): a row per futex entry and CPU with
+    lookups, under the bucket that CPU computed, never unlisted. Mirrors
+    loading/exact.py; tests/unit/test_exact.py checks that both agree."""
     entry, cpu = np.nonzero(stats["lookups"])
     st = stats[entry, cpu]
     return list(zip(keys["tgid"][entry].tolist(), keys["kind"][entry].tolist(),
@@ -210,17 +211,15 @@ def _arrays(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple
     return keys, stats
 
 
-KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")
-
-
-def _in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
+def in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
     """Which cached futex keys the map holds too (whole keys compared, on
-    the few whose address matches one in the map)."""
+    the few whose address matches one in the map): exact.listed_futexes's
+    rule with numpy (tests/unit/test_exact.py checks that both agree)."""
     near = np.isin(cached["uaddr"], mapped["uaddr"])
     if not near.any():
         return near
     sel = np.isin(mapped["uaddr"], cached["uaddr"][near])
-    have = set(zip(*(mapped[f][sel].tolist() for f in KEY_FIELDS)))
+    have = set(zip(*(mapped[f][sel].tolist() for f in summary.KEY_FIELDS)))
     for i in np.flatnonzero(near).tolist():
-        near[i] = tuple(cached[f][i].item() for f in KEY_FIELDS) in have
+        near[i] = tuple(cached[f][i].item() for f in summary.KEY_FIELDS) in have
     return near

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from futextrace.kernel.layout import KIND
+from futextrace.kernel.sizing import buckets_of
+from futextrace.loading.exact import BUCKET_FIELDS
 from futextrace.record.aggregate import KIND_NAMES, filter_estimates
 
 PRIVATE = KIND["FT_PRIVATE"]
@@ -83,9 +85,6 @@ def _private_spread(f: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[
             for i, (t, m) in enumerate(zip(htgid[horder][hstarts].tolist(), hmask[horder][hstarts].tolist()))}
 
 
-BUCKET_FIELDS = ("tgid", "kind", "hash_mask", "bucket", "lookups", "atomic", "unlisted")
-
-
 def bucket_counts(rows: list[tuple]) -> dict[str, np.ndarray]:
     """The exact per-bucket counts (the `buckets` map and the cache's slots),
     rows of BUCKET_FIELDS, as arrays."""
@@ -110,7 +109,7 @@ def _hash_spread(b: dict[str, np.ndarray]) -> dict[tuple[int, int], dict]:
     used = np.add.reduceat((per_bucket[horder] > 0).astype(np.int64), hstarts)
     out = {}
     for i, (t, m) in enumerate(zip(htgid[horder][hstarts].tolist(), hmask[horder][hstarts].tolist())):
-        mean = int(total[i]) / max(m + 1, int(used[i]))
+        mean = int(total[i]) / max(buckets_of(m), int(used[i]))
         out[(t, m)] = {"max_over_mean": int(busiest[i]) / mean if mean else 0.0, "used": int(used[i])}
     return out
 
@@ -136,7 +135,7 @@ def processes(b: dict[str, np.ndarray], f: dict[str, np.ndarray], comms, global_
         if not n:
             continue
         kind = KIND_NAMES.get(k, str(k))
-        h = {"kind": kind, "buckets": m + 1 if k == PRIVATE else global_buckets, "lookups": n}
+        h = {"kind": kind, "buckets": buckets_of(m) if k == PRIVATE else global_buckets, "lookups": n}
         if k == PRIVATE:
             fl = listed.get((t, m), {"collisions": 0, "distinct_futexes": 0, "unlisted": 0})
             h.update(imbalance=spread[(t, m)], collisions=fl["collisions"],

@@ -7,6 +7,11 @@ from futextrace.kernel.constants import CLONE_THREAD
 MIN_AUTO_BUCKETS = 16
 
 
+def buckets_of(hash_mask: int) -> int:
+    """A hash's bucket count from its hash_mask, as the kernel keeps it (buckets - 1)."""
+    return hash_mask + 1
+
+
 def roundup_pow_of_two(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from futextrace.kernel.layout import COUNTER, KIND
+from futextrace.loading import exact
 from futextrace.loading.loader import SEEN_K
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
@@ -52,24 +53,15 @@ class MapReader:
         return out
 
     def buckets(self, futex_map: list[dict]) -> list[dict]:
-        """Exact per-bucket counts. An evicted lookup-cache slot goes to exactly
-        one place: the per-futex list (a futex with more than one lookup while
-        cached, while the list has room) or the per-bucket cache, whose evicted
-        slots go to `buckets`; so the exact counts are the `buckets` map, the
-        `futexes` map's entries by bucket (`futex_map`: futex_map()'s output,
+        """The exact per-bucket counts (exact.bucket_entries): the `buckets` map,
+        the `futexes` map's entries by bucket (`futex_map`: futex_map()'s output,
         read once by the caller), and both caches' slots (counts not yet flushed)."""
-        out = []
-        for k, vals in self.program.bpf["buckets"].items():
-            out.append({"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket,
-                        "node": k.node, "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked,
-                                                     v.unlisted] for v in vals]})
-        out += futexes_as_buckets(futex_map)
-        for cpu, tgid, kind, hash_mask, bucket, node, counts in self.cached_bucket_rows():
-            per_cpu = [[0, 0, 0, 0] for _ in range(self.program.ncpu_ids)]
-            per_cpu[cpu] = counts
-            out.append({"tgid": tgid, "kind": kind, "hash_mask": hash_mask,
-                        "bucket": bucket, "node": node, "per_cpu": per_cpu})
-        return out
+        return exact.bucket_entries(self.bucket_map(), futex_map, self.cached_bucket_rows(),
+                                    self.program.ncpu_ids)
+
+    def bucket_map(self) -> list[dict]:
+        """The `buckets` map's entries (not the caches), as bucket entries."""
+        return [bucket_entry(k, vals) for k, vals in self.program.bpf["buckets"].items()]
 
     def cached_bucket_rows(self):
         """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked, unlisted])
@@ -77,7 +69,7 @@ class MapReader:
         for idx, s in self._cache_items():
             st = s.st
             yield (idx // self.program.fcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, st.bucket, st.node,
-                   [st.lookups, st.atomic_lookups, st.lookups if st.kernel_bucket != 0xFFFFFFFF else 0, 0])
+                   [st.lookups, st.atomic_lookups, st.lookups if st.kernel_bucket != exact.UNKNOWN else 0, 0])
         for idx, s in self._bcache_items():
             yield (idx // self.program.bcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, s.key.bucket, s.key.node,
                    [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked, s.st.unlisted])
@@ -122,19 +114,15 @@ class MapReader:
         return [_futex_entry(k, vals) for k, vals in self.program.bpf["futexes"].items()]
 
     def futexes(self, futex_map: list[dict]) -> list[dict]:
-        """Per-futex counts: `futex_map` (futex_map()'s output) and the per-CPU
-        cache's unflushed counts of the futexes it lists (aggregate.merge_futexes
-        adds them). A cached futex the list does not hold stays out: the list
-        turned it away at its first lookup, and the buckets count it as unlisted."""
-        futexes = list(futex_map)
-        listed = {(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"]) for f in futex_map}
+        """Per-futex counts: `futex_map` (futex_map()'s output) and the lookup
+        cache's unflushed counts of the futexes it lists (exact.listed_futexes)."""
         nslots, ncpus = self.program.fcache_slots, self.program.ncpu_ids
+        cached = []
         for idx, s in self._cache_items():
-            if s.st.lookups and (s.key.tgid, s.key.kind, s.key.uaddr, s.key.hash_mask) in listed:
-                per_cpu = [type(s.st)()] * ncpus
-                per_cpu[idx // nslots] = s.st
-                futexes.append(_futex_entry(s.key, per_cpu))
-        return futexes
+            per_cpu = [type(s.st)()] * ncpus
+            per_cpu[idx // nslots] = s.st
+            cached.append(_futex_entry(s.key, per_cpu))
+        return exact.listed_futexes(futex_map, cached)
 
     def missed_runs(self, kprobes: bool) -> int:
         """Hits the kernel dropped on our probes, shown and never silent: a run
@@ -151,19 +139,10 @@ def _futex_entry(k, per_cpu_vals) -> dict:
                         for v in per_cpu_vals]}
 
 
-def futexes_as_buckets(entries: list[dict]) -> list[dict]:
-    """Raw bucket entries from raw futex entries (each CPU's counts under the
-    bucket that CPU computed): the `futexes` map's share of the exact counts,
-    and the whole of them in recordings made before the `buckets` map."""
-    out = []
-    for e in entries:
-        for cpu, (lookups, atomic, bucket, node, kernel_bucket) in enumerate(e["per_cpu"]):
-            if lookups:
-                per_cpu = [[0, 0, 0, 0] for _ in e["per_cpu"]]
-                per_cpu[cpu] = [lookups, atomic, lookups if kernel_bucket != 0xFFFFFFFF else 0, 0]
-                out.append({"tgid": e["tgid"], "kind": e["kind"], "hash_mask": e["hash_mask"],
-                            "bucket": bucket, "node": node, "per_cpu": per_cpu})
-    return out
+def bucket_entry(k, per_cpu_vals) -> dict:
+    """A `buckets` map entry (its key and per-CPU bucket_stat) as a bucket entry."""
+    return {"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket, "node": k.node,
+            "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked, v.unlisted] for v in per_cpu_vals]}
 
 
 def _kprobe_profile_misses(tag: str) -> int:

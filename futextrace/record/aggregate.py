@@ -27,13 +27,12 @@ from futextrace.analysis.atomic import resize_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.analysis.whatif import futex_list
 from futextrace.kernel.layout import KIND
-# Recordings made before the `buckets` map held the exact counts in the futex list.
-from futextrace.loading.maps import futexes_as_buckets as buckets_from_futexes
+from futextrace.kernel.sizing import buckets_of
+from futextrace.loading.exact import UNKNOWN, futex_share
 
 SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1
 KIND_NAMES = {v: k.removeprefix("FT_").lower() for k, v in KIND.items()}
-UNKNOWN = 0xFFFFFFFF  # a bucket the kernel did not report (tracepoint method)
 # Shown (text) and given as the reason beside null (JSON) wherever a figure needs
 # the bucket of a shared futex, which is not recorded (bucket UNKNOWN).
 BUCKET_NOT_VISIBLE = "n/a (shared futexes: bucket not visible with this method)"
@@ -58,7 +57,8 @@ def _add(mine: CpuStat, other: CpuStat) -> CpuStat:
 
 
 def merge_futexes(entries: list[dict]) -> list[dict]:
-    """Merge duplicate keys (the per-CPU cache and the map both hold counts)."""
+    """Merge duplicate keys (exact.listed_futexes: the `futexes` map and the
+    lookup cache both hold counts of a listed futex)."""
     merged: dict[tuple, dict] = {}
     for e in entries:
         key = (e["tgid"], e["kind"], e["uaddr"], e["hash_mask"])
@@ -235,8 +235,8 @@ def _futex_rows(entries: list[dict]) -> list[dict]:
 
 
 def _bucket_rows(entries: list[dict]) -> tuple[list[dict], dict]:
-    """One row per bucket (the map's and the cache's counts added), and the
-    per-CPU lookup totals: the exact counts."""
+    """One row per bucket, the entries of exact.bucket_entries (every tier's
+    share) added, and the per-CPU lookup totals: the exact counts."""
     merged: dict[tuple, dict] = {}
     per_cpu = defaultdict(lambda: {"lookups": 0, "private": 0, "global": 0, "atomic": 0})
     for e in entries:
@@ -280,7 +280,7 @@ def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int,
     for (kind, mask), group in sorted(groups.items(), key=lambda kv: -_lookups(kv[1])):
         fs = listed.get((kind, mask), [])
         if kind == "private":
-            hashes.append(_hash_summary("private", mask + 1, group, fs, seen))
+            hashes.append(_hash_summary("private", buckets_of(mask), group, fs, seen))
         elif kind == "global_shared" and any(r["bucket"] == UNKNOWN for r in group):
             # A shared key's bucket is recorded only where the kernel's is read: else n/a.
             detail = futex_detail(_lookups(group), fs, _unlisted(group, seen))
@@ -348,7 +348,8 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
     global_buckets = kernel.get("global_hash", {}).get("buckets_per_node", 0) * len(kernel.get("nodes") or [0])
     counters = {k: sum(v) for k, v in raw["counters"].items()}
     futexes = _futex_rows(raw["futexes"])
-    buckets = raw["buckets"] if "buckets" in raw else buckets_from_futexes(raw["futexes"])
+    # Recordings made before the `buckets` map held the exact counts in the futex list.
+    buckets = raw["buckets"] if "buckets" in raw else futex_share(raw["futexes"])
     brows, per_cpu = _bucket_rows(buckets)
     per_cpu_rows = _per_cpu_rows(per_cpu, cpu_node, raw["counters"])
     at_attach = raw.get("hash_at_attach") or {"source": "unavailable", "complete": False, "processes": {},

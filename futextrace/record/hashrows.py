@@ -3,6 +3,7 @@ iterator record (struct ft_iter_task) or from a hash state the watch saw
 (HASH_SEEN)."""
 from __future__ import annotations
 
+from futextrace.kernel.sizing import buckets_of
 from futextrace.record import targets
 
 
@@ -25,7 +26,7 @@ def describe(state: dict | None) -> dict:
 
 def row_from_record(r: dict) -> dict:
     """A task iterator record (struct ft_iter_task) as a snapshot row."""
-    state = {"buckets": r["hash_mask"] + 1 if r["has_hash"] and r["hash_mask"] else 0,
+    state = {"buckets": buckets_of(r["hash_mask"]) if r["has_hash"] and r["hash_mask"] else 0,
              "custom": bool(r["custom"])} if r["has_hash"] else {"buckets": 0, "custom": False}
     row = {"pid": r["tgid"], "comm": r["comm"], "threads": r["nr_threads"], **describe(state)}
     if not r["has_hash"] and r["nr_threads"] > 1:   # describe() assumes a single thread
@@ -33,7 +34,7 @@ def row_from_record(r: dict) -> dict:
     row["refcount"] = ("atomic" if r["state"] else "per-cpu") if r["has_hash"] else None
     row["pending"] = None
     if r["has_new"]:
-        row["pending"] = {"buckets": r["new_hash_mask"] + 1 if r["new_hash_mask"] else 0,
+        row["pending"] = {"buckets": buckets_of(r["new_hash_mask"]) if r["new_hash_mask"] else 0,
                           "custom": bool(r["new_custom"])}
     return row
 

@@ -11,6 +11,8 @@ import time
 
 from futextrace.analysis.atomic import installed_at, process_cost
 from futextrace.analysis.timeline import build_timeline
+from futextrace.kernel.sizing import buckets_of
+from futextrace.loading.exact import entry_totals
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE, KIND_NAMES, UNKNOWN, total_of, merge_futexes
 from futextrace.record.livewaits import wait_lines
 
@@ -28,13 +30,13 @@ def snapshot(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
 
 
 def bucket_snapshot(buckets: list[dict]) -> dict[tuple, tuple[int, tuple]]:
-    """The same shape from the exact per-bucket counts (MapReader.buckets): keyed
+    """The same shape from the exact per-bucket counts (exact.bucket_entries): keyed
     by (tgid, kind, (node, bucket), hash_mask), so processes() reads it alike."""
     out: dict[tuple, tuple[int, tuple]] = {}
     for b in buckets:
         where = (b["node"], b["bucket"])
         key = (b["tgid"], b["kind"], where, b["hash_mask"])
-        out[key] = (out.get(key, (0, where))[0] + sum(v[0] for v in b["per_cpu"]), where)
+        out[key] = (out.get(key, (0, where))[0] + entry_totals(b)[0], where)
     return out
 
 
@@ -63,7 +65,7 @@ def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -
         row = {
             "pid": tgid, "comm": comms.get(tgid, "?"), "lookups": total,
             "lookups_per_s": total / interval_s if interval_s else 0.0,
-            "hash": f"private {mask + 1}" if name == "private" else name,
+            "hash": f"private {buckets_of(mask)}" if name == "private" else name,
             "futexes": h["futexes"], "buckets_touched": len(counts),
             "max_over_mean": max(counts) / (sum(counts) / len(counts)) if counts else 0.0,
         }

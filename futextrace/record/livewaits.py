@@ -5,6 +5,7 @@ everything seen since the start: collision once two futexes have waited on it.""
 from __future__ import annotations
 
 from futextrace.analysis.contention import CAUSES
+from futextrace.kernel.sizing import buckets_of
 
 TOP_BUCKETS = 3
 
@@ -35,7 +36,7 @@ class WaitDeltas:
             cause = "collision" if len(known) >= 2 else "same_futex" if known else "unknown"
             causes[cause] += ns
             procs[tgid] = procs.get(tgid, 0) + ns
-            buckets.append({"pid": tgid, "bucket": bucket, "buckets": mask + 1, "waits": w,
+            buckets.append({"pid": tgid, "bucket": bucket, "buckets": buckets_of(mask), "waits": w,
                             "wait_ms_per_s": per_s(ns), "cause": cause, "_ns": ns})
         buckets.sort(key=lambda b: -b["_ns"])
         for b in buckets:
