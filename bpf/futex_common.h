@@ -344,9 +344,9 @@ static __always_inline void slot_bucket(struct cache_slot *cs, struct bucket_key
 }
 
 /* The per-futex list: a slot's counts added to its futex in `futexes` (0:
- * not there, counted nowhere here). Only a futex's first lookup (the
- * first-seen filter's) may insert it: a futex the full list turned away then
- * is already counted per bucket as unlisted, and a later insert (another
+ * not there, counted nowhere here). Only a first lookup may insert
+ * (may_insert; the flush rule in futextrace.h): a futex the full list turned
+ * away then is already counted as unlisted, and a later insert (another
  * CPU's full flag not yet set, or the kernel's approximate count letting it
  * in) would count it twice. */
 static __always_inline int flush_to_futexes(struct cache_slot *cs, int may_insert)
@@ -392,8 +392,8 @@ static __always_inline u32 bslot_of(u32 tgid, u32 kind, u32 hash_mask, s32 node,
 
 /* The per-bucket cache's slot `i`, holding the bucket whose key is the three
  * words w0..w2 (struct bucket_key's layout): a slot held by another bucket
- * goes to `buckets` first and is taken over. NULL: a CPU beyond NR_CPU_IDS
- * (cannot happen). */
+ * goes to `buckets` first (the flush rule in futextrace.h) and is taken over.
+ * NULL: a CPU beyond NR_CPU_IDS (cannot happen). */
 static __always_inline struct bcache_slot *bcache_slot(u32 i, u64 w0, u64 w1, u64 w2)
 {
 	struct bcache_slot *b = bcache.lookup(&i);
@@ -433,13 +433,10 @@ static __always_inline void flush_to_bcache(struct cache_slot *cs, u32 unlisted)
 	add_bucket_stat(&b->st, &add);
 }
 
-/* Where an evicted slot's counts go, exactly one place each, so that an
- * eviction costs no map update at any size of the futex set: a futex that had
- * more than one lookup while cached to the per-futex list while it has room
- * (user space sums its entries per bucket); the rest to the per-bucket cache.
- * Exact counts = `futexes` + `buckets` + both caches (loading/maps.py). A
- * futex seen once per stay in the cache (a set far larger than the cache) is
- * thus in the per-bucket counts only: the per-futex list keeps the hot ones. */
+/* An evicted lookup-cache slot, to one place (the flush rule in
+ * futextrace.h), with no map insert at any size of the futex set: a futex
+ * seen once per stay in the cache (a set far larger than the cache) is in
+ * the per-bucket counts only, and the per-futex list keeps the hot ones. */
 static __always_inline void flush_slot(struct cache_slot *cs)
 {
 	if (cs->st.lookups > 1 && flush_to_futexes(cs, 0))
@@ -513,9 +510,9 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
 
 /*
  * The stream path: a lookup that missed the lookup cache while both its ways
- * are taken is counted in its bucket's slot of the per-bucket cache, with no
- * eviction, no refill and no map update (a slot taken over from another
- * bucket goes to `buckets` first: bcache_slot). Every ADMIT_EVERY-th such
+ * are taken is counted in its bucket's slot of the per-bucket cache (the
+ * flush rule in futextrace.h), with no eviction, no refill and no map
+ * update. Every ADMIT_EVERY-th such
  * miss of a slot is not counted here (0): the caller admits that futex to the
  * lookup cache instead. So a stream of futexes seen once (a set far larger than the cache)
  * costs jhash2 and one slot update each, while a hot futex takes a way after
@@ -619,7 +616,7 @@ static __always_inline void fill_slot(struct cache_slot *cs, struct futex_stat_k
 }
 
 /* A futex's first lookup: to the per-futex list, or when it is full to the
- * bucket, as one more futex the list does not hold. */
+ * bucket as unlisted (the flush rule in futextrace.h). */
 static __always_inline void count_first(struct futex_stat_key *key, u32 atomic, u32 bucket,
 					s32 bnode, u32 kernel_bucket)
 {

@@ -46,6 +46,29 @@ enum ft_counter {
 	FTC_NR,
 };
 
+/*
+ * The flush rule: where a lookup's count is. At any moment each lookup is
+ * counted in exactly one of four tiers, so a bucket's exact count is their
+ * sum (futextrace/loading/exact.py, the one place that adds them up):
+ *   fcache   struct cache_slot    the lookup cache: per CPU, one futex a slot
+ *   bcache   struct bcache_slot   the per-bucket cache: per CPU, one bucket a slot
+ *   futexes  futex_stat_key -> futex_stat   the bounded per-futex list
+ *   buckets  bucket_key -> bucket_stat      the per-bucket map
+ * - An evicted lookup-cache slot goes to exactly one place: its futex's
+ *   `futexes` entry if the slot had more than one lookup and the entry
+ *   exists, else its bucket's `bcache` slot (flush_slot).
+ * - A `bcache` slot taken over by another bucket goes to `buckets`
+ *   (bcache_slot); a lookup that misses the lookup cache while both its ways
+ *   are taken is counted in its bucket's `bcache` slot (the stream path).
+ * - A futex's first lookup, told by the first-seen filter `seen`, is the only
+ *   one that may insert into `futexes` (count_first); when the list cannot
+ *   take it, it is counted in its bucket as bucket_stat.unlisted. So a cached
+ *   futex that `futexes` does not hold is counted per bucket only, and a
+ *   futex's count is its `futexes` entry plus its lookup-cache slots.
+ * - futex_waitv entries skip both caches: `futexes` (as above), else `buckets`.
+ * - A count no map can take (`buckets` full) is FTC_UNATTRIBUTED.
+ */
+
 /* The exact counts: one entry per bucket a process's lookups went to (per
  * hash instance and NUMA node), the per-CPU hash `buckets`. Its size is
  * bounded by the hash sizes, not by how many futexes a process touches. */
@@ -69,13 +92,11 @@ struct bucket_stat {
 
 /* Per-futex detail, bounded: one entry per futex (per process, per hash
  * instance) until the map `futexes` is full, then no more inserts (see
- * FTC_FUTEXES_FULL). Each futex enters it at its first lookup, which the
- * first-seen filter `seen` tells apart (a Bloom filter: SEEN_K bits of one
- * 64-bit word per key), so the list holds every futex while it has room, and
- * beyond it the buckets count the rest (bucket_stat.unlisted). Its lookup
- * counts are the first lookup and those of evicted lookup-cache slots with
- * more than one: lower bounds; the exact lookups are per bucket. A per-CPU
- * hash so the traced hot path shares no cache line.
+ * FTC_FUTEXES_FULL). Each futex enters it at its first lookup (the flush
+ * rule above; `seen` is a Bloom filter: SEEN_K bits of one 64-bit word per
+ * key), so the list holds every futex while it has room. Its lookup counts
+ * are lower bounds; the exact lookups are per bucket. A per-CPU hash so the
+ * traced hot path shares no cache line.
  * Three 8-byte words with no holes: the cache compares it word by word. */
 struct futex_stat_key {
 	u32 tgid;
@@ -105,9 +126,8 @@ struct cache_slot {
 };
 
 /* A slot of the per-CPU per-bucket cache `bcache`: lookups added up per
- * bucket before any map update, from lookups that missed the lookup cache
- * (the stream path, see account_lookup) and from evicted lookup-cache slots
- * that do not go to the per-futex list (see flush_slot). One 64-byte line. */
+ * bucket before any map update (what goes there: the flush rule above). One
+ * 64-byte line. */
 struct bcache_slot {
 	struct bucket_key key;
 	struct bucket_stat st;

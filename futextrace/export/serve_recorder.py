@@ -111,8 +111,8 @@ class ServeRecorder(BatchRecorder):
 
     def _delete_forgotten(self, table, kb: bytes, keys, stats):
         """Delete the futexes of forgotten processes from the map, their
-        lookups added to `folded` (the map holds exact counts: a cache slot is
-        flushed to it or to `buckets`, never both); the arrays without them."""
+        lookups added to `folded` (the map holds exact counts: the flush rule
+        in bpf/futextrace.h sends a cache slot to it or to `bcache`, never both); the arrays without them."""
         if not self.forgotten:
             return keys, stats
         gone = np.isin(keys["tgid"], np.fromiter(self.forgotten, dtype=np.uint64))
