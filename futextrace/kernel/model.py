@@ -240,34 +240,8 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
     btf = _open_btf(btf_path)
     ks, sym_source = _symbols(btf, kallsyms_path, live)
     notes: list[str] = []
-
-    functions = {}
-    for name in FUNCTIONS:
-        proto = btf.func(name)
-        if ks is not None:
-            sym, clone = ks.function(name)
-            frags = ks.fragments(name)
-        else:
-            sym, clone, frags = (name if proto else None), False, []
-        functions[name] = FuncInfo(
-            name, proto is not None, sym is not None, sym,
-            proto.return_kind if proto else None, proto.return_type if proto else None,
-            proto.return_size if proto else None, proto.params if proto else [], clone, frags)
-
-    offsets: dict[str, int | None] = {}
-    mm_layout = None
-    for key, (sname, paths) in OFFSETS.items():
-        offsets[key] = None
-        for i, p in enumerate(paths):
-            try:
-                off = btf.offsetof(sname, p)
-            except KeyError:   # digest without that struct's members
-                off = None
-            if off is not None:
-                offsets[key] = off
-                if key == "mm_struct.futex_phash":
-                    mm_layout = "flat" if i == 0 else "nested"
-                break
+    functions = {name: _func_info(btf, ks, name) for name in FUNCTIONS}
+    offsets, mm_layout = _offsets(btf)
     sizes = {s: btf.size_of_struct(s) for s in SIZES}
 
     fh = functions["futex_hash"]
@@ -283,16 +257,7 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
     if live:
         release = os.uname().release
         topology = topo_mod.read()
-        formula = global_hash_formula(topology.possible_cpus, len(topology.possible_nodes))
-        seen = read_dmesg_line()
-        if seen is None:
-            gh = GlobalHash(formula, formula.bit_length() - 1, len(topology.possible_nodes), "formula", formula)
-        else:
-            n, nodes = seen
-            src = "formula+dmesg" if n == formula else "dmesg"
-            if n != formula:
-                notes.append(f"dmesg says {n} global buckets per node, the formula gave {formula}")
-            gh = GlobalHash(n, n.bit_length() - 1, nodes, src, formula, n)
+        gh = _global_hash(topology, notes)
         if ks is not None:
             s = ks.lookup("__futex_data") or ks.lookup("__futex_queues")
             data_symbol = s.address if s else None
@@ -301,19 +266,75 @@ def load(btf_path: str | None = None, kallsyms_path: str | None = None, live: bo
         else:
             clone_src = "no private hash"
 
-    tp_btf_ids = {}
-    if live and btf_path is None:   # ids are only meaningful for the BTF the kernel loaded
-        for tp in TP_BTF:
-            ids = btf.ids_named(f"btf_trace_{tp}")
-            if ids:
-                tp_btf_ids[tp] = ids[0]
-    iter_btf_ids = _func_ids(btf, ITERATORS, "bpf_iter_") if live and btf_path is None else {}
-    func_btf_ids = _func_ids(btf, FENTRY_FUNCS) if live and btf_path is None else {}
+    # BTF ids are only meaningful for the BTF the kernel loaded.
+    loaded = live and btf_path is None
+    tp_btf_ids = _tp_btf_ids(btf) if loaded else {}
+    iter_btf_ids = _func_ids(btf, ITERATORS, "bpf_iter_") if loaded else {}
+    func_btf_ids = _func_ids(btf, FENTRY_FUNCS) if loaded else {}
 
     return KernelModel(release, btf_path or VMLINUX_BTF, private_hash, mm_layout, hash_returns,
                        offsets["futex_hash_bucket.priv"] is not None, functions, offsets, sizes,
                        gh, data_symbol, topology, clone_rule, clone_src, sym_source, notes,
                        tp_btf_ids, iter_btf_ids, _futex_symbols(ks) if live else {}, func_btf_ids=func_btf_ids)
+
+
+def _func_info(btf: TypeSource, ks, name: str) -> FuncInfo:
+    """One function of FUNCTIONS: its prototype (BTF) and symbol (kallsyms;
+    without kallsyms, taken as present when BTF has it)."""
+    proto = btf.func(name)
+    if ks is not None:
+        sym, clone = ks.function(name)
+        frags = ks.fragments(name)
+    else:
+        sym, clone, frags = (name if proto else None), False, []
+    return FuncInfo(
+        name, proto is not None, sym is not None, sym,
+        proto.return_kind if proto else None, proto.return_type if proto else None,
+        proto.return_size if proto else None, proto.params if proto else [], clone, frags)
+
+
+def _offsets(btf: TypeSource) -> tuple[dict[str, int | None], str | None]:
+    """Each of OFFSETS from the first of its paths BTF has, and mm_struct's
+    futex hash layout ("flat", "nested", or None: no futex_phash)."""
+    offsets: dict[str, int | None] = {}
+    mm_layout = None
+    for key, (sname, paths) in OFFSETS.items():
+        offsets[key] = None
+        for i, p in enumerate(paths):
+            try:
+                off = btf.offsetof(sname, p)
+            except KeyError:   # digest without that struct's members
+                off = None
+            if off is not None:
+                offsets[key] = off
+                if key == "mm_struct.futex_phash":
+                    mm_layout = "flat" if i == 0 else "nested"
+                break
+    return offsets, mm_layout
+
+
+def _global_hash(topology, notes: list[str]) -> GlobalHash:
+    """The global hash's size: the kernel's formula, checked against its boot
+    message when dmesg still has it (a difference goes to `notes`)."""
+    formula = global_hash_formula(topology.possible_cpus, len(topology.possible_nodes))
+    seen = read_dmesg_line()
+    if seen is None:
+        return GlobalHash(formula, formula.bit_length() - 1, len(topology.possible_nodes), "formula", formula)
+    n, nodes = seen
+    src = "formula+dmesg" if n == formula else "dmesg"
+    if n != formula:
+        notes.append(f"dmesg says {n} global buckets per node, the formula gave {formula}")
+    return GlobalHash(n, n.bit_length() - 1, nodes, src, formula, n)
+
+
+def _tp_btf_ids(btf: TypeSource) -> dict[str, int]:
+    """tracepoint -> BTF id of its btf_trace_<tp> typedef, for TP_BTF's that BTF has."""
+    out = {}
+    for tp in TP_BTF:
+        ids = btf.ids_named(f"btf_trace_{tp}")
+        if ids:
+            out[tp] = ids[0]
+    return out
 
 
 def _func_ids(btf: TypeSource, names: list[str], prefix: str = "") -> dict[str, int]:

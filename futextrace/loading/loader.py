@@ -201,6 +201,13 @@ def _tp_btf_id(model) -> int | None:
     return model.tp_btf_ids.get("sys_enter")
 
 
+def _check_can_load(method: str) -> None:
+    if method not in METHODS:
+        raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("futextrace needs root (CAP_BPF and CAP_PERFMON): run it with sudo")
+
+
 def _compile(BPF, method: str, cflags: list[str]):
     try:
         return compile_program(BPF, source_for(method), cflags, header_text())
@@ -214,10 +221,7 @@ class Program:
     def __init__(self, model, method: str, filters: Filters | None = None,
                  max_futexes: int | None = None, extra_cflags: list[str] | None = None,
                  exact_prctl: bool = False, before_counting=None, contention: bool = True):
-        if method not in METHODS:
-            raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
-        if os.geteuid() != 0:
-            raise EnvironmentProblem("futextrace needs root (CAP_BPF and CAP_PERFMON): run it with sudo")
+        _check_can_load(method)
         bcc_environment()
         from bcc import BPF  # after bcc_environment(): BCC reads the header path at compile time
         self.method = method
@@ -254,31 +258,41 @@ class Program:
         # user space (--comm's tgids) is complete when counting starts.
         self._before_counting = before_counting
         self._prepared = None
+        self._load_and_attach(BPF, model, contention)
+
+    def _load_and_attach(self, BPF, model, contention: bool) -> None:
+        """Compile (or replay) the programs, fill the filters, attach the
+        method's hooks (the counting one last) and the lock tracepoints."""
         t0 = time.monotonic()
         # Where tp_btf is to be tried, the raw sys_enter hook is compiled out
         # (TP_BTF_ONLY): it costs a quarter of the compile time (0.2 of 0.9 s CPU).
-        self._bpf = _compile(BPF, method, cflags + (["-DTP_BTF_ONLY"] if self._tp_btf_id is not None else []))
+        tp_btf_only = ["-DTP_BTF_ONLY"] if self._tp_btf_id is not None else []
+        self._bpf = _compile(BPF, self.method, self._cflags + tp_btf_only)
         atexit.register(self.close)
         t1 = time.monotonic()
         t1_ns = time.monotonic_ns()
         self._fill_filters()
-        if method == "tracepoint":
-            self.probes = self._attach_syscall_hooks(BPF) + [
-                "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
-        elif method == "fentry":
-            try:
-                self._prepare()   # --comm's tgids in the filter before the counting fexit attaches
-                links, self.probes = fentry.attach(self._bpf, model)
-            except Exception:
-                self.close()
-                raise
-            self._tp_btf.extend(links)
-        else:
-            self.probes = self._attach_kprobes(model, method)
+        self.probes = self._attach_method(BPF, model)
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
             self.counting_from = (t1_ns, time.monotonic_ns())
         self.contention = self._attach_contention(model) if contention else "not asked for"
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
+
+    def _attach_method(self, BPF, model) -> list[str]:
+        """The method's hooks; the probes attached, as listed in the recording."""
+        if self.method == "tracepoint":
+            return self._attach_syscall_hooks(BPF) + [
+                "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
+        if self.method == "fentry":
+            try:
+                self._prepare()   # --comm's tgids in the filter before the counting fexit attaches
+                links, probes = fentry.attach(self._bpf, model)
+            except Exception:
+                self.close()
+                raise
+            self._tp_btf.extend(links)
+            return probes
+        return self._attach_kprobes(model, self.method)
 
     def _attach_kprobes(self, model, method: str) -> list[str]:
         """The kprobe method's probes, futex_hash's return (where lookups are
