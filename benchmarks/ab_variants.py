@@ -3,7 +3,7 @@
 hot path: A is the tree's own, B the same with bpf/futex_common.h taken from
 another directory. Both are loaded at once; each round runs every size, and per
 size three runs back to back in a rotating order (untraced, A attached, B
-attached: the other's hook detached, Program.hot_path_detached), so both builds
+attached: the other's hook detached, futexset.hot_path_detached), so both builds
 see the same machine. Prints per size the median retained throughput of each
 and the median per-round difference B - A. A build that changes maps or
 futextrace.h is out of scope (B shares the tree's header).
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from futexset import BPF_STATS, bpf_stats, run_workload  # noqa: E402
+from futexset import BPF_STATS, bpf_stats, hot_path_detached, run_workload  # noqa: E402
 
 CONDITIONS = ("untraced", "A", "B")
 
@@ -66,7 +66,7 @@ def throughput(a, sizes, prog_a, prog_b) -> None:
                 with contextlib.ExitStack() as detached:
                     for name, prog in (("A", prog_a), ("B", prog_b)):
                         if cond != name:
-                            detached.enter_context(prog.hot_path_detached())
+                            detached.enter_context(hot_path_detached(prog))
                     ops[cond] = run_workload(n, a.runtime)["avg_ops_per_sec"]
             for name in "AB":
                 ratios[n][name].append(ops[name] / ops["untraced"])
@@ -88,7 +88,7 @@ def bpf_ns(a, sizes, prog_a, prog_b) -> None:
         for n in sizes:
             for name in (("A", "B") if i % 2 == 0 else ("B", "A")):
                 prog, other = (prog_a, prog_b) if name == "A" else (prog_b, prog_a)
-                with other.hot_path_detached():
+                with hot_path_detached(other):
                     c0, t0 = snapshot(prog)
                     run_workload(n, a.runtime)
                     c1, t1 = snapshot(prog)

@@ -106,10 +106,23 @@ class BareHook:
         self._bpf.cleanup()
 
 
+@contextlib.contextmanager
+def hot_path_detached(program):
+    """The futex hot path (the tracepoint method's tp_btf sys_enter hook)
+    detached for the `with` block and attached again after, every map and
+    count kept: untraced and traced runs alternate with one loaded program."""
+    if program.method != "tracepoint" or not program.detach_counting_hook():
+        raise SystemExit("futexset.py: only the tracepoint method's tp_btf hook can be detached and reattached")
+    try:
+        yield
+    finally:
+        program.reattach_counting_hook()
+
+
 def switch_to(cond: str, program, bare: BareHook, stack: contextlib.ExitStack) -> None:
     """Hooks as `cond` wants them, for as long as `stack` is open."""
     if cond != "futextrace":
-        stack.enter_context(program.hot_path_detached())
+        stack.enter_context(hot_path_detached(program))
     if cond == "bare":
         stack.enter_context(bare.attached())
 
@@ -196,8 +209,8 @@ def measure_tax(rounds: int, program, bare: BareHook, tax: dict) -> None:
 def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, model,
                        tax: dict | None = None, tax_rounds: int = 0) -> dict:
     from futextrace.record.recorder import Recorder, RecordOptions
-    from futextrace.loading.loader import _tp_btf_id
-    btf_id = _tp_btf_id(model)
+    from futextrace.loading.loader import sys_enter_btf_id
+    btf_id = sys_enter_btf_id(model)
     if btf_id is None:
         sys.exit("futexset.py: needs the tp_btf sys_enter hook (this kernel or FUTEXTRACE_NO_TP_BTF refuses it)")
     bare = BareHook(btf_id)

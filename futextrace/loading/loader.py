@@ -8,7 +8,6 @@ and is also registered to run at interpreter exit.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -194,7 +193,7 @@ def source_for(method: str) -> str:
     return text + "\n" + (bpf_dir() / "contention.h").read_text()   # every method: bucket-lock waits
 
 
-def _tp_btf_id(model) -> int | None:
+def sys_enter_btf_id(model) -> int | None:
     """BTF id of sys_enter's tp_btf attach point, unless absent or turned off."""
     if os.environ.get("FUTEXTRACE_NO_TP_BTF"):
         return None
@@ -245,7 +244,7 @@ class Program:
             cflags.append("-DPRCTL_EXIT")
         self._bpf = None
         self._cflags = cflags
-        self._tp_btf_id = _tp_btf_id(model) if method == "tracepoint" else None
+        self._tp_btf_id = sys_enter_btf_id(model) if method == "tracepoint" else None
         self.timings: dict[str, float] = {}     # seconds: compile (BCC, maps), attach (load, attach)
         # CLOCK_MONOTONIC ns just before and just after the hook that counts
         # lookups was attached (counting began in between) and detached
@@ -381,24 +380,25 @@ class Program:
         self._bpf = _compile(BPF, self.method, self._cflags)
         self._fill_filters()
 
-    @contextlib.contextmanager
-    def hot_path_detached(self):
-        """For side-by-side benchmarks (benchmarks/futexset.py): the futex hot path
-        (the tp_btf sys_enter hook) detached for the `with` block and attached
-        again after, with every map and count kept, so untraced and traced
-        runs can alternate without a compile or a load in between."""
-        if self.method != "tracepoint" or not self._counting_link_first():
-            raise EnvironmentProblem("only the tracepoint method's tp_btf hook can be detached and reattached")
-        link, prog = self._tp_btf.pop(0)
+    def detach_counting_hook(self) -> bool:
+        """Detach the hook that counts lookups where it is a BPF link (the
+        tp_btf sys_enter, fentry's fexit), its program kept loaded and every
+        map and count kept. False where it is not one, or is detached already."""
+        if not (self._counting_link_first() and self._tp_btf[0][0] >= 0):
+            return False
+        link, prog = self._tp_btf[0]
         os.close(link)
-        try:
-            yield
-        finally:
-            try:
-                self._tp_btf.insert(0, (tpbtf.attach_loaded(prog, "ft_btf_sys_enter"), prog))
-            except KernelRefused:
-                os.close(prog)
-                raise
+        self._tp_btf[0] = (-1, prog)
+        return True
+
+    def reattach_counting_hook(self) -> None:
+        """Attach the tracepoint method's tp_btf sys_enter hook again after
+        detach_counting_hook(), with no compile or load in between (what
+        benchmarks/futexset.py alternates untraced and traced runs with)."""
+        link, prog = self._tp_btf[0] if self._counting_link_first() else (0, -1)
+        if self.method != "tracepoint" or link >= 0:
+            raise EnvironmentProblem("only a detached tp_btf sys_enter hook can be attached again")
+        self._tp_btf[0] = (tpbtf.attach_loaded(prog, "ft_btf_sys_enter"), prog)
 
     def _counting_link_first(self) -> bool:
         """Whether _tp_btf[0] is the hook that counts lookups: fentry's fexit on
@@ -423,14 +423,11 @@ class Program:
         t0 = time.monotonic_ns()
         # The counting hook: tp_btf sys_enter or fentry's fexit come first in _tp_btf
         # (the lock tracepoints are appended after them); the kprobe method's is a kretprobe.
-        if self._counting_link_first() and self._tp_btf[0][0] >= 0:
-            link, prog = self._tp_btf[0]
-            os.close(link)
-            self._tp_btf[0] = (-1, prog)
-        elif b"sys_enter" in b.raw_tracepoint_fds:
-            b.detach_raw_tracepoint(b"sys_enter")
-        elif self._hot_kprobe in b.kprobe_fds:
-            b.detach_kprobe_event(self._hot_kprobe)
+        if not self.detach_counting_hook():
+            if b"sys_enter" in b.raw_tracepoint_fds:
+                b.detach_raw_tracepoint(b"sys_enter")
+            elif self._hot_kprobe in b.kprobe_fds:
+                b.detach_kprobe_event(self._hot_kprobe)
         self.counting_until = (t0, time.monotonic_ns())
         for i, (link, prog) in enumerate(self._tp_btf):
             if link >= 0:

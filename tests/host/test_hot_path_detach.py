@@ -1,4 +1,5 @@
-"""Program.hot_path_detached(), which benchmarks/futexset.py uses to run untraced
+"""benchmarks/futexset.py's hot_path_detached() (Program.detach_counting_hook and
+reattach_counting_hook), with which it runs untraced
 and traced workloads side by side with one loaded program: while detached, a
 workload's futex calls are not counted; attached again, the next workload's
 calls are counted exactly, and what was counted before is kept."""
@@ -28,6 +29,7 @@ def run_bench() -> dict:
 
 
 def test_detached_runs_are_not_counted_and_counts_are_kept():
+    from benchmarks.futexset import hot_path_detached
     from futextrace.kernel import model as kmodel
     from futextrace.record.recorder import Recorder, RecordOptions
     from tests.host.test_record import check_counts     # per bucket, from the test's own jhash2
@@ -38,7 +40,7 @@ def test_detached_runs_are_not_counted_and_counts_are_kept():
         if not rec.program.probes[0].startswith("tp_btf"):
             pytest.skip("the kernel refused tp_btf: nothing to detach")
         before = run_bench()
-        with rec.program.hot_path_detached():
+        with hot_path_detached(rec.program):
             detached = run_bench()
         after = run_bench()
         rec.run(until=lambda: True)
