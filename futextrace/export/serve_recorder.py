@@ -19,8 +19,7 @@ from futextrace.export.mapread import BatchRecorder, lookup_batch
 from futextrace.loading import exact
 from futextrace.loading.maps import bucket_entry
 from futextrace.record import targets
-from futextrace.record.aggregate import _refcount, _totals
-from futextrace.record.recorder import Recorder
+from futextrace.record.aggregate import refcount_of, totals_of
 
 
 class ServeRecorder(BatchRecorder):
@@ -79,7 +78,7 @@ class ServeRecorder(BatchRecorder):
         ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
         batch = lookup_batch(table)
         if batch is None:   # no batch lookups: BCC's walk, into the same arrays
-            keys, stats = _arrays(Recorder.dump_futex_map(self), kd, sd, ncpu)
+            keys, stats = _arrays(self.maps.futex_map(), kd, sd, ncpu)
             kb = keys.tobytes()
         else:
             kb, vb, n = batch
@@ -94,9 +93,7 @@ class ServeRecorder(BatchRecorder):
     def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
         through its memory mapping (slot i belongs to CPU i // fcache_slots)."""
-        if self.maps._cache_map is None:
-            self.maps._cache_items()   # maps the cache
-        view = np.frombuffer(self.maps._cache_map, dtype=np.dtype(self.program.bpf["fcache"].Leaf))
+        view = np.frombuffer(self.maps.lookup_cache_buffer(), dtype=np.dtype(self.program.bpf["fcache"].Leaf))
         slots = view.copy()        # a copy: the mapping cannot close while a view exists
         del view
         used = np.flatnonzero(slots["st"]["lookups"])
@@ -172,10 +169,10 @@ class ServeRecorder(BatchRecorder):
         timeline = build_timeline(events, kernel, infer_prctl=method.get("prctl_results") == "inferred")
         g = kernel["global_hash"]["buckets_per_node"] * len(kernel.get("nodes") or [0])
         return {"tool_version": __version__, "method": method, "kernel": kernel,
-                "totals": _totals(counters, {"missed_runs": self.missed_runs()}, duration),
+                "totals": totals_of(counters, {"missed_runs": self.missed_runs()}, duration),
                 "processes": summary.processes(shown, listed, self._comm, g, self.maps.seen_filter()),
-                "refcount": _refcount(counters, method, [{"kind": "private", "lookups": private,
-                                                          "atomic": atomic}]),
+                "refcount": refcount_of(counters, method, [{"kind": "private", "lookups": private,
+                                                            "atomic": atomic}]),
                 "resizes": timeline["resizes"], "hash_states": timeline["hash_states"]}
 
     def _comm(self, tgid: int) -> str:

@@ -28,9 +28,10 @@ class MapReader:
         self.program = program
         self._maps: dict[str, mmap.mmap] = {}     # memory mappings of the two caches
 
-    @property
-    def _cache_map(self) -> mmap.mmap | None:
-        return self._maps.get("fcache")
+    def lookup_cache_buffer(self) -> mmap.mmap:
+        """The lookup cache's memory mapping (made at the first read): its
+        slots in struct cache_slot's layout, CPU n's at [n * fcache_slots]."""
+        return self._mapping("fcache")
 
     def close(self) -> None:
         while self._maps:
@@ -83,13 +84,16 @@ class MapReader:
         """(index, slot) of every used slot of the per-bucket cache (the same way)."""
         return self._used_slots("bcache")
 
-    def _used_slots(self, name: str):
+    def _mapping(self, name: str) -> mmap.mmap:
         table = self.program.bpf[name]
         if name not in self._maps:
             size = ct.sizeof(table.Leaf) * table.max_entries
             self._maps[name] = mmap.mmap(table.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        buf = self._maps[name]
-        leaf = table.Leaf
+        return self._maps[name]
+
+    def _used_slots(self, name: str):
+        buf = self._mapping(name)
+        leaf = self.program.bpf[name].Leaf
         # The u64 `st.lookups` of each slot, located through BCC's ctypes view of futextrace.h.
         at = leaf.st.offset + dict(leaf._fields_)["st"].lookups.offset
         words = ct.sizeof(leaf) // 8

@@ -323,7 +323,8 @@ def _per_node_rows(per_cpu_rows: list[dict]) -> list[dict]:
     return out
 
 
-def _totals(counters: dict[str, int], raw: dict, duration_s: float) -> dict:
+def totals_of(counters: dict[str, int], raw: dict, duration_s: float) -> dict:
+    """The recording's `totals` (without its futex_list) from the summed counters."""
     unreadable = counters.get("UNATTR_UNREADABLE", 0)   # lookups of unknown hash: in the total only
     total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0) + unreadable
     return {
@@ -360,11 +361,11 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,
         "host": platform.node(),
-        "totals": {**_totals(counters, raw, duration_s),
+        "totals": {**totals_of(counters, raw, duration_s),
                    "futex_list": _futex_list(raw, counters, brows, futexes)},
         "processes": _processes(brows, futexes, comms or {}, global_buckets, raw.get("seen_filter")),
         "per_cpu": per_cpu_rows, "per_node": _per_node_rows(per_cpu_rows),
-        "refcount": _refcount(counters, method, brows), "resizes": timeline["resizes"],
+        "refcount": refcount_of(counters, method, brows), "resizes": timeline["resizes"],
         "threads": timeline["threads"], "hash_states": timeline["hash_states"],
         "intervals": raw.get("intervals", []), "hash_at_attach": at_attach,
     }
@@ -382,7 +383,9 @@ def _futex_list(raw: dict, counters: dict, brows: list[dict], futexes: list[dict
     return out
 
 
-def _refcount(counters: dict, method: dict, brows: list[dict]) -> dict:
+def refcount_of(counters: dict, method: dict, brows: list[dict]) -> dict:
+    """The recording's `refcount`: probed counters, or (tracepoint method)
+    inferred from the private-hash rows of `brows` (kind, lookups, atomic)."""
     if method.get("name") == "tracepoint":
         # Every private-hash lookup takes one reference and drops it again.
         private = sum(r["lookups"] for r in brows if r["kind"] == "private")
