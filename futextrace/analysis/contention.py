@@ -91,7 +91,7 @@ def section(rows: list[dict], counters: dict, duration_s: float, status: str,
 
 
 def _per_s(ns: int, duration_s: float) -> float | None:
-    return round(ns / 1e6 / duration_s, 3) if duration_s and duration_s > 0 else None
+    return round(ns / 1e6 / duration_s, 6) if duration_s and duration_s > 0 else None   # us waits stay visible
 
 
 def separating_size(colliding: list[int], waiting: list[int], current: int,

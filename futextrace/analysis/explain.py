@@ -470,7 +470,7 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
     imb = (h.get("imbalance") or {}).get("max_over_mean")
     if h.get("lookups", 0) < max(h.get("buckets") or 0, MIN_HIST_LOOKUPS):
         imb = None   # a handful of lookups: max/mean means nothing (as in the summary)
-    sharing = (f"{h['collisions']} sharing a bucket" if "collisions" in h
+    sharing = (f"{h['collisions']} collisions (futexes beyond one per bucket)" if "collisions" in h
                else f"sharing a bucket: {BUCKET_NOT_VISIBLE}")
     measured = (f"measured: {d} distinct futexes in {cur or 'the global hash'}{' buckets' if cur else ''}, "
                 f"{sharing}"

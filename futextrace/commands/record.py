@@ -54,7 +54,7 @@ Examples:
               help="no text summary (with --json, --jsonl, -i or -- COMMAND; alone it is refused: "
                    "nothing would show)")
 @click.option("-v", "--verbose", is_flag=True,
-              help="list every process in the summary (processes under 1%% of the lookups, or beyond "
+              help="list every process in the summary (processes under 1% of the lookups, or beyond "
                    "the 10 busiest, are otherwise folded into one line)")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,

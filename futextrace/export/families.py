@@ -39,7 +39,7 @@ def _process_gauges(reading: Reading, book: SeriesBook):
          "private hash divided by the mean over all its buckets (1: perfectly even), since start", "max_over_mean"),
         ("futextrace_buckets_used", "Buckets of the process's busiest private hash that got any "
          "lookup, since start", "buckets_used"),
-        ("futextrace_bucket_collisions", "Futexes sharing a bucket with another futex in the "
+        ("futextrace_bucket_collisions", "Collisions: futexes beyond one per bucket in the "
          "process's busiest private hash (sum of futexes - 1 over buckets), since start; an estimate "
          "within futextrace_futexes_error_percent when that is above 0", "collisions"),
         ("futextrace_futexes", "Distinct futexes seen in the process's busiest private hash, "

@@ -60,7 +60,8 @@ def static_refusal(model) -> str | None:
     """Why the fentry method cannot work on this kernel's layout, or None."""
     fh = model.functions.get("futex_hash")
     if fh and fh.return_kind == "struct":
-        return (f"futex_hash returns {fh.return_type} by value (7.2+): the kernel refuses trampolines on "
+        return (f"futex_hash returns {fh.return_type} by value (as since 7.2, or a backport): "
+                "the kernel refuses trampolines on "
                 "functions returning a struct (btf_distill_func_proto), so the kprobe method serves this kernel")
     if not attachable(model, "futex_hash"):
         return "futex_hash has no BTF function with a symbol of that name (inlined or cloned): no fexit target"

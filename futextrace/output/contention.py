@@ -4,11 +4,27 @@ from __future__ import annotations
 
 
 def _ms(ns: int) -> str:
-    return f"{ns / 1e6:.3f} ms"
+    """A wait time in a unit that keeps it visible: 0.4 us, not 0.000 ms."""
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.3f} ms"
+    return f"{ns / 1e3:.1f} us" if ns else "0"
 
 
 def _us(ns: int) -> str:
     return f"{ns / 1e3:.1f} us"
+
+
+def _ms_per_s(v: float | None) -> str:
+    return f"{v:.3g} ms/s" if v else "0 ms/s"
+
+
+def _waits(n: int) -> str:
+    return f"{n:,} wait" + ("" if n == 1 else "s")
+
+
+NOT_VISIBLE = ("  n/a: no private-hash lookup was traced, and only private-hash bucket locks are "
+               "(the global hash's, used by shared futexes and processes without a private hash, "
+               "are not traced)")
 
 
 def contention_lines(c: dict | None, top: int = 5) -> list[str]:
@@ -17,18 +33,20 @@ def contention_lines(c: dict | None, top: int = 5) -> list[str]:
     head = ["", f"Bucket-lock waits ({c['status']}):"]
     if not c["status"].startswith("attached"):
         return head
+    if c.get("private_lookups") == 0 and not c["waits"]:
+        return head + [NOT_VISIBLE]
     bc = c["by_cause"]
-    out = head + [f"  {c['waits']:,} waits, {_ms(c['wait_ns'])} in {c['window_s']:.2f} s "
-                  f"({c['wait_ms_per_s'] or 0:.3f} ms/s); collision {bc['collision']['waits']:,} waits "
-                  f"{_ms(bc['collision']['wait_ns'])}, same futex {bc['same_futex']['waits']:,} waits "
+    out = head + [f"  {_waits(c['waits'])}, {_ms(c['wait_ns'])} in {c['window_s']:.2f} s "
+                  f"({_ms_per_s(c['wait_ms_per_s'])}); collision {_waits(bc['collision']['waits'])} "
+                  f"{_ms(bc['collision']['wait_ns'])}, same futex {_waits(bc['same_futex']['waits'])} "
                   f"{_ms(bc['same_futex']['wait_ns'])}"
                   + (f", futex unknown {bc['unknown']['waits']:,}" if bc["unknown"]["waits"] else "")]
     if c.get("waits_lost"):
         out.append(f"  {c['waits_lost']:,} waits not stored (lock_waits map full)")
     for p in c["processes"]:
         pc = p["by_cause"]
-        out.append(f"  PID {p['pid']} ({p['comm'] or '?'}): {p['waits']:,} waits, {_ms(p['wait_ns'])} "
-                   f"({p['wait_ms_per_s'] or 0:.3f} ms/s): collision {_ms(pc['collision']['wait_ns'])}, "
+        out.append(f"  PID {p['pid']} ({p['comm'] or '?'}): {_waits(p['waits'])}, {_ms(p['wait_ns'])} "
+                   f"({_ms_per_s(p['wait_ms_per_s'])}): collision {_ms(pc['collision']['wait_ns'])}, "
                    f"same futex {_ms(pc['same_futex']['wait_ns'])}")
         out.append(f"    {'bucket':>10} {'waits':>9} {'total':>12} {'max':>10}  cause       futexes")
         for b in p["buckets"][:top]:

@@ -104,8 +104,8 @@ def _futexes_phrase(h: dict) -> str:
         d_txt = approx(d) if d else f"{h.get('distinct_futexes', 0):,}"
         c_txt = approx(c) if c else f"{h.get('collisions', 0):,}"
         why = d.get("method", "per-futex list incomplete") if d else "per-futex list incomplete"
-        return f"{d_txt} distinct futexes, {c_txt} sharing a bucket (estimates: {why})"
-    return f"{h.get('distinct_futexes', 0):,} distinct futexes, {h.get('collisions', 0):,} sharing a bucket"
+        return f"{d_txt} distinct futexes, {c_txt} beyond one per bucket (estimates: {why})"
+    return f"{h.get('distinct_futexes', 0):,} distinct futexes, {h.get('collisions', 0):,} beyond one per bucket"
 
 
 def _title(names: dict, p: dict, h: dict, used: int) -> str:

@@ -42,7 +42,7 @@ def figure_whatif(rec: dict):
     p, table, current = subject
     xs = [r["buckets"] for r in table["rows"]]
     shared.plot(xs, [r["futexes_sharing"] for r in table["rows"]], "o-", color="tab:blue", ms=4,
-                label="futexes sharing a bucket")
+                label="collisions (futexes beyond one per bucket)")
     shared.plot(xs, [r["hot_sharing"] for r in table["rows"]], "s--", color="tab:red", ms=4,
                 label=f"hot futexes sharing a bucket ({table['hot']} hot)")
     busiest.plot(xs, [100 * r["busiest_share"] for r in table["rows"]], "o-", color="tab:purple", ms=4,

@@ -48,11 +48,15 @@ def _buckets_desc(h: dict) -> str:
     return f"global hash ({h['kind']}), {h['buckets']} buckets"
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
 def _futex_bounds(h: dict) -> str:
     """Distinct futexes: exact, or an estimate that names its method."""
     est = h.get("estimates", {}).get("distinct_futexes")
     if not est:
-        return f"{h['distinct_futexes']} distinct futexes"
+        return f"{h['distinct_futexes']} distinct futex" + ("" if h["distinct_futexes"] == 1 else "es")
     if "value" in est:
         return f"{approx(est)} distinct futexes, by the {est['method'].split(' (')[0]}"
     return (f"{est['low']}..{est['high']} distinct futexes (estimate: the per-futex list holds "
@@ -72,11 +76,11 @@ def _hash_section(h: dict) -> list[str]:
         return lines
     im = h["imbalance"]
     if not _stats_meaningful(h):
-        lines.append(f"    buckets used {im['used']} of {im['buckets']}; collisions {_collisions(h)} futexes "
-                     f"share a bucket; too few lookups for max/mean, CV and histograms")
+        lines.append(f"    buckets used {im['used']} of {im['buckets']}; collisions {_collisions(h)} "
+                     f"(futexes beyond one per bucket); too few lookups for max/mean, CV and histograms")
     else:
         lines.append(f"    buckets used {im['used']} of {im['buckets']}; max/mean {im['max_over_mean']:.2f}; "
-                     f"CV {im['cv']:.2f}; collisions {_collisions(h)} futexes share a bucket")
+                     f"CV {im['cv']:.2f}; collisions {_collisions(h)} (futexes beyond one per bucket)")
         lines += ["", *("    " + l for l in log2_hist(h["lookups_per_bucket_hist"], "lookups/bucket")), ""]
         lines += [*("    " + l for l in log2_hist(h["futexes_per_bucket_hist"], "futexes/bucket")), ""]
     lines.append("    hottest buckets:" + _hottest_caveat(h.get("futex_detail", {})))
@@ -146,7 +150,7 @@ def _attach_section(att: dict | None, shown: set[int] | None = None, folded: set
         else:
             what = f"{r['buckets']} buckets, {'custom' if r['mode'] == 'custom' else 'automatic'}"
         pend = f"; {r['pending']['buckets']} pending" if r.get("pending") else ""
-        out.append(f"  PID {r['pid']} ({r['comm']}), {r['threads']} threads: {what}{pend}")
+        out.append(f"  PID {r['pid']} ({r['comm']}), {_n(r['threads'], 'thread')}: {what}{pend}")
     if len(rows) > ATTACH_ROWS and not verbose:
         out.append(f"  ... and {len(rows) - ATTACH_ROWS} more (see --json)")
     if rest:
@@ -167,7 +171,7 @@ def _resize_section(resizes: list[dict], folded: set[int] | None = None, verbose
         if r.get("result_inferred"):
             res += " (inferred)" if r["result"] is not None else " (caller not seen again)"
         if r["trigger"] == "clone":
-            why = (f"clone with {r['threads']} threads, {r['online_cpus']} online CPUs -> formula "
+            why = (f"clone with {_n(r['threads'], 'thread')}, {r['online_cpus']} online CPUs -> formula "
                    f"{r['requested']}")
         else:
             why = f"prctl(PR_FUTEX_HASH_SET_SLOTS, {r['requested']})"

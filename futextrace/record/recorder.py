@@ -325,6 +325,8 @@ class Recorder:
         raw["hash_at_attach"] = self.attach_state
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
         rec["contention"] = contention_section(raw, duration, self.comms)
+        # Only private-hash bucket locks are traced: with no private lookup, a wait count is unknown, not 0.
+        rec["contention"]["private_lookups"] = rec["totals"]["private"]
         rec["totals"]["thread_events_dropped"] = self.thread_events_dropped
         rec["attach_s"] = self.attach_s
         rec["monotonic_start_ns"] = self.t0_ns   # t = 0: lines up a workload's CLOCK_MONOTONIC stamps

@@ -106,7 +106,7 @@ def test_hash_at_attach_follows_the_comm_filter(folded):
     assert folded["early"] in listed and folded["stranger"] not in listed
     assert {r["comm"] for r in att["processes"].values()} == {"ftfold"}
     text = folded["text"]
-    assert f"PID {folded['early']} (ftfold), 1 threads: 64 buckets, custom" in text
+    assert f"PID {folded['early']} (ftfold), 1 thread: 64 buckets, custom" in text
     assert f"PID {folded['stranger']} " not in text
     assert "processes named ftfold" in text
 

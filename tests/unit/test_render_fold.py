@@ -70,7 +70,7 @@ def test_too_few_lookups_for_max_mean_cv_and_histograms():
     rec["processes"] = [tiny(7, 3)]
     text = render_text(rec)
     assert "max/mean 5.33" not in text and "CV 2.00" not in text and "lookups/bucket" not in text
-    assert "buckets used 3 of 16; collisions 0 futexes share a bucket; too few lookups for max/mean, " \
+    assert "buckets used 3 of 16; collisions 0 (futexes beyond one per bucket); too few lookups for max/mean, " \
         "CV and histograms" in text
 
 
