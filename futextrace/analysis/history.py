@@ -46,7 +46,7 @@ def at_attach_text(state: dict, k: dict) -> str:
         text = "launched by futextrace: right after exec it has no hash yet"
     elif state["kind"] == "none":
         text = (f"no private hash at attach ({threads} thread{'s' if threads != 1 else ''}): its futexes "
-                "use the global hash until a clone that allocates (the clone rule below) creates one")
+                "use the global hash until a clone that allocates (see the clone rule above) creates one")
     elif state["kind"] == "global":
         text = ("global hash, chosen with prctl(SET_SLOTS, 0) before the recording began: global for good "
                 "(later SET_SLOTS requests get -EBUSY and clones never allocate)")

@@ -62,7 +62,7 @@ def static_refusal(model) -> str | None:
     if fh and fh.return_kind == "struct":
         return (f"futex_hash returns {fh.return_type} by value (as since 7.2, or a backport): "
                 "the kernel refuses trampolines on "
-                "functions returning a struct (btf_distill_func_proto), so the kprobe method serves this kernel")
+                "functions returning a struct (btf_distill_func_proto): on this kernel only kprobes can hook it")
     if not attachable(model, "futex_hash"):
         return "futex_hash has no BTF function with a symbol of that name (inlined or cloned): no fexit target"
     if fh.return_kind != "pointer":
