@@ -67,14 +67,25 @@ def figure_whatif(rec: dict):
     busiest.xaxis.set_major_formatter(FuncFormatter(pow2_label))
     busiest.set_xlabel("private hash buckets (PR_FUTEX_HASH_SET_SLOTS)")
     names = pid_names(rec)
-    fig.suptitle(f"What-if sizing for {who(names, p['pid'])}: {table['futexes']:,} listed futexes "
-                 f"holding {table['lookups']:,} of its {p.get('lookups', 0):,} lookups", fontweight="bold")
-    notes = list(table["notes"])
+    details = [h.get("futex_detail") or {} for h in p.get("hashes", [])]
+    unlisted = sum(d.get("futexes_unlisted", 0) for d in details)
+    missed = sum(d.get("lookups_missed", 0) for d in details)      # recordings before the first-seen filter
+    fig.suptitle(f"What-if sizing for {who(names, p['pid'])}: {table['futexes']:,} futexes"
+                 + (f" listed, {unlisted:,} more beyond the list" if unlisted else ""), fontweight="bold")
+    partial = list(table["notes"])
+    if unlisted:
+        partial.append(f"{unlisted:,} futexes beyond the per-futex list are not in these curves")
+    if missed:
+        partial.append("futexes whose lookups the per-futex list missed are not in these curves")
+    notes = [("Partial: " if partial else "") + "; ".join(partial)] if partial else []
     if table["lookups"] < p.get("lookups", 0):
-        notes.append("futexes whose lookups the per-futex list missed are not in these curves")
+        notes.append(f"the busiest-bucket share weighs each futex by the lookups the list holds for it "
+                     f"({table['lookups']:,} of {p.get('lookups', 0):,}: its first lookup and its stays in "
+                     "the lookup cache), a lower bound per futex")
     if not table["hot"]:
         notes.append(f"no hot futex ({table['hot_rule']}): no size stands out")
     if notes:
-        fig.supxlabel("\n".join(textwrap.wrap("Partial: " + "; ".join(notes), FOOTNOTE_CHARS)),
+        text = ". ".join(n[:1].upper() + n[1:] for n in notes) + "."
+        fig.supxlabel("\n".join(textwrap.wrap(text, FOOTNOTE_CHARS)),
                       fontsize=8, x=0.01, ha="left", color="0.25")
     return fig
