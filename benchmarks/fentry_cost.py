@@ -34,29 +34,17 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from getppid_loop import build_getppid, getppid_ns  # noqa: E402
 
 CONDITIONS = ["untraced", "kprobe-empty", "fexit-empty", "futextrace-kprobe", "futextrace-fentry",
               "futextrace-tracepoint"]
 EMPTY = ("int on_entry(struct pt_regs *ctx) { return 0; }\n"
          "int on_return(struct pt_regs *ctx) { return 0; }\n"
          "int on_fexit(u64 *ctx) { return 0; }\n")
-GETPPID_C = r"""
-#include <stdio.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/syscall.h>
-int main(int argc, char **argv) {
-    long n = atol(argv[1]); struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    for (long i = 0; i < n; i++) syscall(SYS_getppid);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);
-    return 0;
-}
-"""
 STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
 HOT = {"kprobe": ("kp_futex_hash", "kr_futex_hash"), "fentry": ("fx_futex_hash",)}
 
@@ -66,10 +54,6 @@ def run_workload(argv: list[str]) -> float:
     if r.returncode != 0:
         raise RuntimeError(f"{argv[0]} exited {r.returncode}: {r.stderr.strip()[-300:]}")
     return float(json.loads(r.stdout)["avg_ops_per_sec"])
-
-
-def getppid_ns(binary: str, n: int) -> float:
-    return float(subprocess.run([binary, str(n)], capture_output=True, text=True, check=True).stdout)
 
 
 def prog_name_and_stats(fd: int) -> tuple[str, int, int]:
@@ -158,14 +142,6 @@ def report(argv: list[str], ops: dict[str, list[float]], stats: dict) -> None:
         if v:
             print(f"  {key:<20} {statistics.median(v):8,.0f} ns per call (median of {len(v)}; "
                   f"range {min(v):,.0f}..{max(v):,.0f})")
-
-
-def build_getppid() -> str:
-    d = tempfile.mkdtemp(prefix="fentry-cost-")
-    src, out = Path(d) / "getppid.c", Path(d) / "getppid"
-    src.write_text("#include <stdlib.h>\n" + GETPPID_C)
-    subprocess.run(["cc", "-O2", "-o", str(out), str(src)], check=True)
-    return str(out)
 
 
 def main() -> int:

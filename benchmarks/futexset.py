@@ -44,6 +44,10 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from getppid_loop import build_getppid, getppid_ns  # noqa: E402
 
 SIZES = [16, 4096, 16384, 262144, 1048576]
 CONDITIONS = ("untraced", "bare", "futextrace")
@@ -52,24 +56,7 @@ SETTLE = 0.02         # seconds after a switch before a turn's window opens
 SAMPLE_MS = 5         # futexbench --interval-ms
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
 BARE_HOOK = "int ft_bare_sys_enter(u64 *ctx) { return 0; }"
-# The tax on a syscall that is not a futex call: ns per getppid() in a loop.
-GETPPID_C = r"""
-#define _GNU_SOURCE
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    long n = atol(argv[1]); struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    for (long i = 0; i < n; i++) syscall(SYS_getppid);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);
-    return 0;
-}
-"""
-GETPPID_CALLS = 500_000
+GETPPID_CALLS = 500_000    # getppid() calls per tax run (getppid_loop.py)
 
 
 def run_workload(nfutexes: int, runtime: str) -> dict:
@@ -184,26 +171,15 @@ def one_round(i: int, sizes: list[int], cycles: int, slot: float, program, bare:
               f"futextrace {statistics.median(r['futextrace'] for r in last):.3f}", flush=True)
 
 
-def getppid_binary() -> str:
-    import tempfile
-    d = tempfile.mkdtemp(prefix="ft-getppid-")
-    src, exe = os.path.join(d, "getppid.c"), os.path.join(d, "getppid")
-    with open(src, "w") as f:
-        f.write(GETPPID_C)
-    subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
-    return exe
-
-
 def measure_tax(rounds: int, program, bare: BareHook, tax: dict) -> None:
     """ns per getppid() under each condition, the conditions back to back in a
     rotating order each round: what a non-futex syscall pays."""
-    exe = getppid_binary()
+    exe = build_getppid()
     for i in range(rounds):
         for cond in CONDITIONS[i % 3:] + CONDITIONS[:i % 3]:
             with contextlib.ExitStack() as stack:
                 switch_to(cond, program, bare, stack)
-                out = subprocess.run([exe, str(GETPPID_CALLS)], capture_output=True, text=True, check=True)
-                tax[cond].append(float(out.stdout))
+                tax[cond].append(getppid_ns(exe, GETPPID_CALLS))
 
 
 def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, model,
