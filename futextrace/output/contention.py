@@ -7,7 +7,7 @@ def _ms(ns: int) -> str:
     """A wait time in a unit that keeps it visible: 0.4 us, not 0.000 ms."""
     if ns >= 1_000_000:
         return f"{ns / 1e6:.3f} ms"
-    return f"{ns / 1e3:.1f} us" if ns else "0"
+    return f"{ns / 1e3:.1f} us" if ns else "0 ms"
 
 
 def _us(ns: int) -> str:
