@@ -475,8 +475,8 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
     measured = (f"measured: {d} distinct futexes in {cur or 'the global hash'}{' buckets' if cur else ''}, "
                 f"{sharing}"
                 + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
-                + f", {atomic_share:.1%} of refcount gets atomic"
-                + (" (inferred)" if str(rc.get("source", "")).startswith("inferred") else ""))
+                + (f", {atomic_share:.1%} of refcount gets atomic"
+                   + (" (inferred)" if str(rc.get("source", "")).startswith("inferred") else "") if cur else ""))
     adv = _advice(pid, rec, st, cur)
     slots, effect, line = adv["slots"], adv["effect"], adv["c_line"]
     if adv["measured"]:

@@ -275,9 +275,12 @@ def render_text(rec: dict, verbose: bool = False) -> str:
         cpus = ",".join(map(str, r["cpus"]))
         out.append(f"  {r['node']:>4} {cpus:>10} {r['lookups']:>12} {r['private']:>12} {r['global']:>12}")
     rc = rec["refcount"]
-    out += ["", f"Refcount ({rc['source']}):",
-            f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
-            f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic"]
+    out += ["", f"Refcount ({rc['source']}):"]
+    if rec["totals"].get("private") == 0:     # the refcount is the private hash's: nothing to count
+        out.append("  n/a: no private-hash lookup was traced")
+    else:
+        out.append(f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
+                   f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic")
     shown_pids, folded_pids = {p["pid"] for p in shown}, {p["pid"] for p in folded}
     out += contention_lines(rec.get("contention"))
     out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose)

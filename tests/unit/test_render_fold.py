@@ -97,3 +97,24 @@ def test_live_view_shared_buckets_are_null_with_a_reason():
                 "node": -1, "per_cpu": [[80, 0, 0], [0, 0, 0]]}]
     (row,) = live.processes({}, live.bucket_snapshot(buckets), 1.0, {})
     assert row["buckets_touched"] is None
+
+
+def test_no_private_lookup_means_refcount_and_lock_waits_unknown():
+    """Only private-hash bucket locks and refcounts are traced: a recording
+    whose lookups are all global prints n/a for both, not zeros (issue 27, read
+    on PostgreSQL and stress-ng)."""
+    rec = sample()
+    rec["totals"]["global"] += rec["totals"]["private"]
+    rec["totals"]["private"] = 0
+    rec["contention"] = {"status": "attached (tp_btf)", "window_s": 1.0, "waits": 0, "wait_ns": 0,
+                         "wait_ms_per_s": 0.0, "waits_lost": 0, "processes": [], "blind_spots": [],
+                         "private_lookups": 0,
+                         "by_cause": {c: {"waits": 0, "wait_ns": 0} for c in ("collision", "same_futex", "unknown")}}
+    text = render_text(rec)
+    refcount = text.split("Refcount (")[1].splitlines()
+    assert refcount[1] == "  n/a: no private-hash lookup was traced", refcount[:2]
+    waits = text.split("Bucket-lock waits (")[1].splitlines()
+    assert waits[1].startswith("  n/a: no private-hash lookup was traced") and "0 waits" not in waits[1]
+    rec["totals"]["private"], rec["contention"]["private_lookups"] = 5, 5
+    text = render_text(rec)
+    assert "  get: " in text.split("Refcount (")[1] and "0 waits" in text.split("Bucket-lock waits (")[1]
