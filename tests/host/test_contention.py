@@ -28,6 +28,7 @@ import subprocess
 
 import pytest
 
+from futextrace.analysis.contention import MEASURABLE_MS_PER_S
 from tests.host.conftest import FT, REPO, needs_bpf, needs_private_hash
 from tests.host.fidelity_ref import private_bucket
 
@@ -151,7 +152,14 @@ def test_one_futex(run):
     assert p and p["by_cause"]["same_futex"]["waits"] > 0 and p["by_cause"]["collision"]["waits"] == 0
     assert [f["uaddr"] for f in p["buckets"][0]["futexes"]] == [hex(a)]
     rcm = _advice(run, "one")
-    assert rcm["slots"] is None and "more buckets will not help" in rcm["effect"]
+    assert rcm["slots"] is None, rcm
+    # With a CPU busy elsewhere the two threads seldom overlap: below the
+    # measurable rate the advice says so instead (still no size).
+    same = p["by_cause"]["same_futex"]["wait_ns"] / 1e6 / run["doc"]["recording"]["contention"]["window_s"]
+    if same >= MEASURABLE_MS_PER_S:
+        assert "more buckets will not help" in rcm["effect"], (same, rcm)
+    else:
+        assert "will not help" not in rcm["effect"] and "prctl" not in rcm["effect"], (same, rcm)
 
 
 def test_non_futex_lock_never_counted(run):
