@@ -246,7 +246,9 @@ def test_kprobe_method_matches_kernel_and_tracepoint(auto_run, tp_btf_run, bucke
     assert kh["kernel_checked"] >= 2 * 16 * COMPARE_ITERS
     rc = kp["refcount"]
     gets, puts = rc["get_percpu"] + rc["get_atomic"], rc["put_percpu"] + rc["put_atomic"]
-    assert gets >= 2 * 16 * COMPARE_ITERS and abs(gets - puts) <= 0.01 * gets, rc
+    # Runs of our refcount programs the kernel skipped are reported (missed_runs): allow those.
+    skipped = kp["totals"]["missed_runs"]
+    assert gets >= 2 * 16 * COMPARE_ITERS and abs(gets - puts) <= 0.01 * gets + skipped, (rc, skipped)
     r = [r for r in kp["resizes"] if r["pid"] == wl["pid"] and r["custom"]]
     assert r and r[-1]["requested"] == buckets and r[-1]["result"] == 0
     assert r[-1]["pivot_t"] is not None and r[-1]["pending_s"] is not None
