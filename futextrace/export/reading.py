@@ -31,7 +31,6 @@ class ProcessReading:
     futexes: int | None = None          # distinct futexes in that hash (an estimate when
                                         # futexes_error_pct > 0)
     futexes_error_pct: float | None = None  # ± of futexes and collisions, percent (0: exact)
-    futexes_unlisted: int = 0           # of them, beyond the per-futex list
     pending_buckets: int | None = None  # a replacement waiting for its pivot (0: none)
     atomic_seconds: float | None = None # time with one pending (refcounts atomic), since start
     atomic_lookups: int | None = None   # private lookups made in atomic mode, since start
@@ -74,6 +73,13 @@ def _current_hash(proc: dict, states: dict[int, dict]) -> tuple[int | None, str 
     return busiest["buckets"], None   # custom or auto is only known from a hash state
 
 
+def _estimated(h: dict, name: str) -> int:
+    """A hash figure: the estimate's value where it has one (beyond the
+    per-futex list), else the exact count."""
+    est = (h.get("estimates") or {}).get(name) or {}
+    return est["value"] if "value" in est else h[name]
+
+
 def _process(proc: dict, states: dict[int, dict], costs: dict[int, dict]) -> ProcessReading:
     lookups = Counter()
     for h in proc.get("hashes", []):
@@ -85,12 +91,8 @@ def _process(proc: dict, states: dict[int, dict], costs: dict[int, dict]) -> Pro
         h = private[0]   # busiest first
         p.max_over_mean = h["imbalance"]["max_over_mean"]
         p.buckets_used = h["imbalance"]["used"]
-        est = h.get("estimates") or {}
-        p.collisions = est["collisions"]["value"] if "value" in est.get("collisions", {}) else h["collisions"]
-        p.futexes = est["distinct_futexes"]["value"] if "value" in est.get("distinct_futexes", {}) \
-            else h["distinct_futexes"]
-        p.futexes_error_pct = est.get("distinct_futexes", {}).get("error_pct", 0.0)
-        p.futexes_unlisted = h.get("futexes_unlisted", h.get("futex_detail", {}).get("futexes_unlisted", 0))
+        p.collisions, p.futexes = _estimated(h, "collisions"), _estimated(h, "distinct_futexes")
+        p.futexes_error_pct = (h.get("estimates") or {}).get("distinct_futexes", {}).get("error_pct", 0.0)
     cost = costs.get(proc["pid"])
     if cost is not None:
         p.pending_buckets = cost["pending"]["buckets"] if cost["pending"] else 0
@@ -114,7 +116,7 @@ def from_recording(rec: dict) -> Reading:
     t = rec["totals"]
     r.totals = {name: int(t.get(field_, 0)) for field_, name in TOTAL_COUNTERS.items()}
     r.lookups = {"private": int(t.get("private", 0)), "global": int(t.get("global", 0))}
-    r.futexes_unlisted = sum(p.futexes_unlisted for p in r.processes.values())
+    r.futexes_unlisted = int(t.get("futex_list", {}).get("futexes_unlisted", 0))
     rc = rec["refcount"]
     r.refcount_source = "inferred" if rc["source"].startswith("inferred") else "measured"
     r.refcount = {(op, path): int(rc[f"{op}_{path}"]) for op in ("get", "put") for path in ("percpu", "atomic")}

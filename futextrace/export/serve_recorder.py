@@ -168,8 +168,9 @@ class ServeRecorder(BatchRecorder):
             events = list(self.events)
         timeline = build_timeline(events, kernel, infer_prctl=method.get("prctl_results") == "inferred")
         g = kernel["global_hash"]["buckets_per_node"] * len(kernel.get("nodes") or [0])
-        return {"tool_version": __version__, "method": method, "kernel": kernel,
-                "totals": totals_of(counters, {"missed_runs": self.missed_runs()}, duration),
+        totals = totals_of(counters, {"missed_runs": self.missed_runs()}, duration)
+        totals["futex_list"] = {"futexes_unlisted": int(shown["unlisted"].sum())}   # as a recording's
+        return {"tool_version": __version__, "method": method, "kernel": kernel, "totals": totals,
                 "processes": summary.processes(shown, listed, self._comm, g, self.maps.seen_filter()),
                 "refcount": refcount_of(counters, method, [{"kind": "private", "lookups": private,
                                                             "atomic": atomic}]),

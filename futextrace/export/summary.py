@@ -139,7 +139,7 @@ def processes(b: dict[str, np.ndarray], f: dict[str, np.ndarray], comms, global_
         if k == PRIVATE:
             fl = listed.get((t, m), {"collisions": 0, "distinct_futexes": 0, "unlisted": 0})
             h.update(imbalance=spread[(t, m)], collisions=fl["collisions"],
-                     distinct_futexes=fl["distinct_futexes"], futexes_unlisted=fl["unlisted"])
+                     distinct_futexes=fl["distinct_futexes"], futex_detail={"futexes_unlisted": fl["unlisted"]})
             est = filter_estimates(fl["distinct_futexes"], fl["collisions"], fl["unlisted"], seen)
             if est:
                 h["estimates"] = est

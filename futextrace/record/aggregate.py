@@ -186,7 +186,7 @@ def _hash_summary(kind: str, nbuckets: int, brows: list[dict], futexes: list[dic
     nfutexes_of = {k: len(futexes_of.get(k, [])) + unlisted_of[k] for k in lookups_of}
     per_bucket = list(nfutexes_of.values())
     collisions = sum(n - 1 for n in per_bucket if n > 1)
-    detail = futex_detail(sum(counts), futexes, _unlisted(brows, seen))
+    detail = futex_detail(sum(counts), futexes, sum(unlisted_of.values()) if seen else None)
     distinct = len(futexes) + detail.get("futexes_unlisted", 0)
     hottest = sorted(lookups_of.items(), key=lambda kv: -kv[1])[:HOTTEST]
     summary = {

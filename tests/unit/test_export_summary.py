@@ -10,6 +10,7 @@ import random
 import numpy as np
 
 from futextrace.export import summary
+from futextrace.export.reading import from_recording
 from futextrace.kernel.layout import KIND
 from futextrace.record.aggregate import build_recording
 
@@ -169,3 +170,10 @@ def test_futexes_beyond_the_list_are_estimates_in_both():
                        h["estimates"]["collisions"]["value"])
                       for p in procs for h in p["hashes"] if h["kind"] == "private" and "estimates" in h)
     assert estimates(lean) == estimates(rec["processes"])
+
+    def beyond_list(procs):
+        return sorted((p["pid"], h["buckets"], h["futex_detail"]["futexes_unlisted"])
+                      for p in procs for h in p["hashes"] if h["kind"] == "private")
+    assert beyond_list(lean) == beyond_list(rec["processes"])
+    # The exporter's gauge: every futex the test turned away, all processes and hashes.
+    assert from_recording(rec).futexes_unlisted == len(unlisted)
