@@ -16,6 +16,7 @@ from futextrace.analysis.history import at_attach_text
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 from futextrace.kernel.sizing import auto_buckets, next_automatic, threads_before_clone
 from futextrace.output.render import MIN_HIST_LOOKUPS
+from futextrace.output.words import count_noun
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 
 # prctl results as the kernel returns them (negative errno).
@@ -57,10 +58,6 @@ def formula_text(f: dict) -> str:
     return (f"min({f['threads']} threads, {f['online_cpus']} online CPUs) = {f['min']}"
             f" → 4 × {f['min']} = {f['times4']} → roundup_pow_of_two = {f['pow2']}"
             f" → clamp(16, global size {f['global_size']}) = {f['buckets']} buckets")
-
-
-def _n(n, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _ms(s: float) -> str:
@@ -137,7 +134,7 @@ def _clone_resize(r: dict, th: dict | None, st: _State, k: dict) -> dict:
     f = None
     if r.get("threads") is not None and k["online_cpus"] and k["global_size"]:
         f = auto_buckets(r["threads"], k["online_cpus"], k["global_size"])
-    text = f"{kind} created at +{r['t']:.3f} s with {_n(r['threads'], 'thread')}"
+    text = f"{kind} created at +{r['t']:.3f} s with {count_noun(r['threads'], 'thread')}"
     text += f" → {formula_text(f)}" if f else " (formula inputs unknown)"
     notes = []
     if f and r["new_buckets"] != f["buckets"]:
@@ -161,7 +158,7 @@ def _no_resize(th: dict, st: _State, k: dict) -> dict:
     kind = clone_kind(flags)
     n = _threads_before(th)
     f = auto_buckets(n, k["online_cpus"], k["global_size"]) if k["online_cpus"] and k["global_size"] else None
-    head = f"{kind} created at +{th['t']:.3f} s with {_n(n, 'thread')} (clone flags {flags:#x}): no resize"
+    head = f"{kind} created at +{th['t']:.3f} s with {count_noun(n, 'thread')} (clone flags {flags:#x}): no resize"
     trig = triggers(k["rule"], flags)
     if trig is False:
         reason = "flags_do_not_trigger"

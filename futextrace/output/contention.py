@@ -2,6 +2,8 @@
 buckets that waited most (analysis/contention.py builds the section)."""
 from __future__ import annotations
 
+from futextrace.output.words import count_noun
+
 
 def _ms(ns: int) -> str:
     """A wait time in a unit that keeps it visible: 0.4 us, not 0.000 ms."""
@@ -18,10 +20,6 @@ def _ms_per_s(v: float | None) -> str:
     return f"{v:.3g} ms/s" if v else "0 ms/s"
 
 
-def _waits(n: int) -> str:
-    return f"{n:,} wait" + ("" if n == 1 else "s")
-
-
 NOT_VISIBLE = ("  n/a: no private-hash lookup was traced, and only private-hash bucket locks are "
                "(the global hash's, used by shared futexes and processes without a private hash, "
                "are not traced)")
@@ -36,16 +34,16 @@ def contention_lines(c: dict | None, top: int = 5) -> list[str]:
     if c.get("private_lookups") == 0 and not c["waits"]:
         return head + [NOT_VISIBLE]
     bc = c["by_cause"]
-    out = head + [f"  {_waits(c['waits'])}, {_ms(c['wait_ns'])} in {c['window_s']:.2f} s "
-                  f"({_ms_per_s(c['wait_ms_per_s'])}); collision {_waits(bc['collision']['waits'])} "
-                  f"{_ms(bc['collision']['wait_ns'])}, same futex {_waits(bc['same_futex']['waits'])} "
+    out = head + [f"  {count_noun(c['waits'], 'wait')}, {_ms(c['wait_ns'])} in {c['window_s']:.2f} s "
+                  f"({_ms_per_s(c['wait_ms_per_s'])}); collision {count_noun(bc['collision']['waits'], 'wait')} "
+                  f"{_ms(bc['collision']['wait_ns'])}, same futex {count_noun(bc['same_futex']['waits'], 'wait')} "
                   f"{_ms(bc['same_futex']['wait_ns'])}"
                   + (f", futex unknown {bc['unknown']['waits']:,}" if bc["unknown"]["waits"] else "")]
     if c.get("waits_lost"):
         out.append(f"  {c['waits_lost']:,} waits not stored (lock_waits map full)")
     for p in c["processes"]:
         pc = p["by_cause"]
-        out.append(f"  PID {p['pid']} ({p['comm'] or '?'}): {_waits(p['waits'])}, {_ms(p['wait_ns'])} "
+        out.append(f"  PID {p['pid']} ({p['comm'] or '?'}): {count_noun(p['waits'], 'wait')}, {_ms(p['wait_ns'])} "
                    f"({_ms_per_s(p['wait_ms_per_s'])}): collision {_ms(pc['collision']['wait_ns'])}, "
                    f"same futex {_ms(pc['same_futex']['wait_ns'])}")
         out.append(f"    {'bucket':>10} {'waits':>9} {'total':>12} {'max':>10}  cause       futexes")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
 from futextrace.kernel.errnos import errno_name
 from futextrace.output.estimates import approx
+from futextrace.output.words import count_noun
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 from futextrace.output.contention import contention_lines
 
@@ -46,10 +47,6 @@ def _buckets_desc(h: dict) -> str:
     if h["kind"] == "global_shared":
         return "global hash (shared futexes)"
     return f"global hash ({h['kind']}), {h['buckets']} buckets"
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 def _futex_bounds(h: dict) -> str:
@@ -150,7 +147,7 @@ def _attach_section(att: dict | None, shown: set[int] | None = None, folded: set
         else:
             what = f"{r['buckets']} buckets, {'custom' if r['mode'] == 'custom' else 'automatic'}"
         pend = f"; {r['pending']['buckets']} pending" if r.get("pending") else ""
-        out.append(f"  PID {r['pid']} ({r['comm']}), {_n(r['threads'], 'thread')}: {what}{pend}")
+        out.append(f"  PID {r['pid']} ({r['comm']}), {count_noun(r['threads'], 'thread')}: {what}{pend}")
     if len(rows) > ATTACH_ROWS and not verbose:
         out.append(f"  ... and {len(rows) - ATTACH_ROWS} more (see --json)")
     if rest:
@@ -171,7 +168,7 @@ def _resize_section(resizes: list[dict], folded: set[int] | None = None, verbose
         if r.get("result_inferred"):
             res += " (inferred)" if r["result"] is not None else " (caller not seen again)"
         if r["trigger"] == "clone":
-            why = (f"clone with {_n(r['threads'], 'thread')}, {r['online_cpus']} online CPUs -> formula "
+            why = (f"clone with {count_noun(r['threads'], 'thread')}, {r['online_cpus']} online CPUs -> formula "
                    f"{r['requested']}")
         else:
             why = f"prctl(PR_FUTEX_HASH_SET_SLOTS, {r['requested']})"
