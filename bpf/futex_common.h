@@ -446,10 +446,10 @@ static __always_inline void flush_slot(struct cache_slot *cs)
 
 /*
  * The first-seen filter: 1 when no lookup of this futex (process, hash
- * instance, address) set all its SEEN_K bits before, and they are set now.
- * A key whose bits others happen to have set is taken as seen (a false
- * positive): user space bounds how often from the filter's fill. Two CPUs
- * seeing one new futex at once may both answer 1; the list keeps one entry.
+ * instance, address) set all its bits before, and they are set now. A key
+ * whose bits others happen to have set is taken as seen (a false positive):
+ * user space bounds how often from the filter's fill. Two CPUs seeing one new
+ * futex at once may both answer 1; the list keeps one entry.
  */
 static __always_inline u64 fmix64(u64 x)
 {
@@ -461,27 +461,41 @@ static __always_inline u64 fmix64(u64 x)
 	return x;
 }
 
-static __always_inline u32 first_seen(struct futex_stat_key *key)
+/* SEEN_K bit positions from the top 6 * SEEN_K bits of a hash. */
+static __always_inline u64 seen_bits(u64 h)
 {
-	/* The futexes of one 2^SEEN_SPAN_SHIFT-byte span share a 64-byte line of
-	 * the filter, one word each (their slot in the span, rotated by the
-	 * span's hash): a program walking an array of futexes reads one filter
-	 * line per span, not a cache miss per futex, and keys share a word only
-	 * with keys of other spans, so a word is as good as a random one. */
-	u64 x = fmix64((key->uaddr >> SEEN_SPAN_SHIFT) + key->tgid * 0x9E3779B97F4A7C15ULL +
-		       (key->hash_mask | ((u64)key->kind << 32)) * 0xC2B2AE3D27D4EB4FULL);
-	u64 y = fmix64(x ^ key->uaddr);
-	u32 w = ((u32)(x >> (64 - SEEN_WORDS_LOG2 + 3)) << 3) | (u32)(((key->uaddr >> 2) + x) & 7);
-	u64 *word = seen.lookup(&w);
-	if (!word)
-		return 0;
 	u64 bits = 0;
 #pragma unroll
 	for (int i = 0; i < SEEN_K; i++)
-		bits |= 1ULL << ((y >> (6 * i)) & 63);
-	if ((*word & bits) == bits)
+		bits |= 1ULL << ((h >> (58 - 6 * i)) & 63);
+	return bits;
+}
+
+static __always_inline u32 first_seen(struct futex_stat_key *key)
+{
+	/* The futexes of one 2^SEEN_SPAN_SHIFT-byte span share two 64-byte
+	 * lines of the filter, picked by the span's hash, one word of each per
+	 * futex (its slot in the span, rotated by the span's hash): a program
+	 * walking an array of futexes reads two filter lines per span, not two
+	 * cache misses per futex, and keys share a word only with keys of other
+	 * spans. A key is taken as seen only when both of its words have its
+	 * bits: a crowded line alone no longer misses a futex, both lines must
+	 * be (benchmarks/seen_filter_sim.py). */
+	u64 x = fmix64((key->uaddr >> SEEN_SPAN_SHIFT) + key->tgid * 0x9E3779B97F4A7C15ULL +
+		       (key->hash_mask | ((u64)key->kind << 32)) * 0xC2B2AE3D27D4EB4FULL);
+	u64 y = fmix64(x ^ key->uaddr);
+	u32 slot = ((key->uaddr >> 2) + x) & 7;
+	u32 w1 = ((u32)(x >> (64 - SEEN_WORDS_LOG2 + 3)) << 3) | slot;
+	u32 w2 = (((u32)(x >> 20) & ((1U << (SEEN_WORDS_LOG2 - 3)) - 1)) << 3) | slot;
+	u64 *a = seen.lookup(&w1);
+	u64 *b = seen.lookup(&w2);
+	if (!a || !b)
 		return 0;
-	*word |= bits;
+	u64 bits1 = seen_bits(y), bits2 = seen_bits(y * 0x9E3779B97F4A7C15ULL);
+	if ((*a & bits1) == bits1 && (*b & bits2) == bits2)
+		return 0;
+	*a |= bits1;
+	*b |= bits2;
 	return 1;
 }
 

@@ -93,8 +93,8 @@ struct bucket_stat {
 /* Per-futex detail, bounded: one entry per futex (per process, per hash
  * instance) until the map `futexes` is full, then no more inserts (see
  * FTC_FUTEXES_FULL). Each futex enters it at its first lookup (the flush
- * rule above; `seen` is a Bloom filter: SEEN_K bits of one 64-bit word per
- * key), so the list holds every futex while it has room. Its lookup counts
+ * rule above; `seen` is a Bloom filter: SEEN_K bits in each of two 64-bit
+ * words per key), so the list holds every futex while it has room. Its lookup counts
  * are lower bounds; the exact lookups are per bucket. A per-CPU hash so the
  * traced hot path shares no cache line.
  * Three 8-byte words with no holes: the cache compares it word by word. */

@@ -35,14 +35,15 @@ BCACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots
 # counted in its bucket's slot; the others are counted in that slot only.
 ADMIT_EVERY = 32
 # The first-seen filter (bpf/futex_common.h first_seen): 2^19 words (4 MiB,
-# shared by all CPUs), SEEN_K bits per key, the futexes of one 32-byte span in
-# one 64-byte line (a futex array costs one filter line per 8 futexes: 66 ns
-# less per lookup at a million futexes than a line per futex). Simulated
-# (benchmarks/seen_filter_sim.py), a new futex taken as seen is 1 in 10^6 at
-# 65,536 futexes and 1 in 10^4 at 1,048,576: docs/figures.md, "First-seen filter".
+# shared by all CPUs), SEEN_K bits in each of two words per key, the futexes of
+# one 32-byte span in the same two 64-byte lines (a futex array costs two filter
+# lines per 8 futexes, not a line per futex). Simulated
+# (benchmarks/seen_filter_sim.py), the expected futexes taken as seen are
+# 1.3e-7 at 65,536 futexes and 17 at 1,048,576: docs/figures.md, "First-seen filter".
 SEEN_WORDS_LOG2 = 19
 SEEN_SPAN_SHIFT = 5
 SEEN_K = 6
+SEEN_WORDS_PER_KEY = 2      # not a build parameter: first_seen() sets two words
 FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
 FUTEXES_MAX_DEFAULT = 65536
 # Entries of the per-CPU `buckets` map (the exact counts), whatever the CPU

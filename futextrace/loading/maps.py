@@ -16,7 +16,7 @@ import numpy as np
 
 from futextrace.kernel.layout import COUNTER, KIND
 from futextrace.loading import exact
-from futextrace.loading.loader import SEEN_K
+from futextrace.loading.loader import SEEN_K, SEEN_WORDS_PER_KEY
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
@@ -104,14 +104,16 @@ class MapReader:
 
     def seen_filter(self) -> dict:
         """The first-seen filter's size and its false-positive rate now: the
-        chance that a new futex's SEEN_K bits are all set already (each bit
-        lands in a word as set as that word is), averaged over the words."""
+        chance that a new futex's bits are all set already. Its two words lie
+        in lines picked independently, and each of its SEEN_K bits in a word
+        lands as set as that word is: the square of the mean over words."""
         table = self.program.bpf["seen"]
         if "seen" not in self._maps:
             self._maps["seen"] = mmap.mmap(table.map_fd, 8 * table.max_entries, mmap.MAP_SHARED, mmap.PROT_READ)
         words = np.frombuffer(self._maps["seen"], dtype=np.uint64).copy()
-        rate = float(np.mean((np.bitwise_count(words) / 64.0) ** SEEN_K))
-        return {"words": len(words), "bits_per_key": SEEN_K, "false_positive_rate": rate}
+        rate = float(np.mean((np.bitwise_count(words) / 64.0) ** SEEN_K)) ** SEEN_WORDS_PER_KEY
+        return {"words": len(words), "bits_per_key": SEEN_K * SEEN_WORDS_PER_KEY,
+                "words_per_key": SEEN_WORDS_PER_KEY, "false_positive_rate": rate}
 
     def futex_map(self) -> list[dict]:
         """The `futexes` map's entries (not the cache), as plain data."""

@@ -130,7 +130,7 @@ def futex_detail(lookups: int, futexes: list[dict], unlisted: int | None = None)
 
 def filter_method(seen: dict) -> str:
     return (f"first-seen filter (Bloom: {seen['bits_per_key']} bits per futex in "
-            f"{seen['words'] * 64:,} bits)")
+            f"{seen.get('words_per_key', 1)} words of {seen['words'] * 64:,} bits)")
 
 
 def _estimate(counted: int, extra_max: float, method: str) -> dict:

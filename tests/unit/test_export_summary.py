@@ -22,7 +22,7 @@ STAT = np.dtype({"names": ["lookups", "atomic_lookups", "bucket", "node", "hash_
                  "offsets": [0, 8, 16, 20, 24, 28], "itemsize": 32})
 KERNEL = {"global_hash": {"buckets_per_node": 256}, "nodes": [0], "cpu_node": {}}
 METHOD = {"name": "tracepoint", "prctl_results": "inferred"}
-SEEN = {"words": 1 << 18, "bits_per_key": 6, "false_positive_rate": 0.0}   # MapReader.seen_filter()
+SEEN = {"words": 1 << 19, "bits_per_key": 12, "words_per_key": 2, "false_positive_rate": 0.0}   # MapReader.seen_filter()
 
 
 def raw_futexes(seed: int) -> list[dict]:
