@@ -2,7 +2,7 @@
 buckets that waited most (analysis/contention.py builds the section)."""
 from __future__ import annotations
 
-from futextrace.output.words import count_noun
+from futextrace.output.words import blind_spot_lines, count_noun
 
 
 def _ms(ns: int) -> str:
@@ -28,7 +28,7 @@ NOT_VISIBLE = ("  n/a: no private-hash lookup was traced, and only private-hash 
 def contention_lines(c: dict | None, top: int = 5) -> list[str]:
     if not c:
         return []
-    head = ["", f"Bucket-lock waits ({c['status']}):"]
+    head = ["", f"Bucket-lock waits: {c['status']}"]
     if not c["status"].startswith("attached"):
         return head
     if c.get("private_lookups") == 0 and not c["waits"]:
@@ -51,5 +51,5 @@ def contention_lines(c: dict | None, top: int = 5) -> list[str]:
             futexes = ", ".join(f"{f['uaddr'] or 'unknown'} ({f['waits']:,})" for f in b["futexes"][:4])
             out.append(f"    {b['bucket']:>5}/{b['buckets']:<4} {b['waits']:>9,} {_ms(b['wait_ns']):>12} "
                        f"{_us(b['max_ns']):>10}  {b['cause']:<11} {futexes}")
-    out.append("  cannot see: " + "; ".join(c.get("blind_spots", [])))
+    out += blind_spot_lines(c.get("blind_spots", []), "  ")
     return out

@@ -1,11 +1,12 @@
 """Text output of a recording (used by `record`, `bench` and `report`)."""
 from __future__ import annotations
 
+import re
 
 from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
 from futextrace.kernel.errnos import errno_name
 from futextrace.output.estimates import approx
-from futextrace.output.words import count_noun
+from futextrace.output.words import blind_spot_lines, count_noun
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 from futextrace.output.contention import contention_lines
 
@@ -53,20 +54,20 @@ def _futex_bounds(h: dict) -> str:
     """Distinct futexes: exact, or an estimate that names its method."""
     est = h.get("estimates", {}).get("distinct_futexes")
     if not est:
-        return f"{h['distinct_futexes']} distinct futex" + ("" if h["distinct_futexes"] == 1 else "es")
+        return count_noun(h["distinct_futexes"], "distinct futex", "distinct futexes")
     if "value" in est:
         return f"{approx(est)} distinct futexes, by the {est['method'].split(' (')[0]}"
-    return (f"{est['low']}..{est['high']} distinct futexes (estimate: the per-futex list holds "
-            f"{h['futex_detail']['lookups_listed']} of these lookups)")
+    return (f"{est['low']:,}..{est['high']:,} distinct futexes (estimate: the per-futex list holds "
+            f"{h['futex_detail']['lookups_listed']:,} of these lookups)")
 
 
 def _collisions(h: dict) -> str:
     est = h.get("estimates", {}).get("collisions")
-    return f"{h['collisions']}" if not est else approx(est)
+    return f"{h['collisions']:,}" if not est else approx(est)
 
 
 def _hash_section(h: dict) -> list[str]:
-    lines = [f"  {_buckets_desc(h)}: {h['lookups']} lookups, {_futex_bounds(h)}"]
+    lines = [f"  {_buckets_desc(h)}: {h['lookups']:,} lookups, {_futex_bounds(h)}"]
     if "imbalance" not in h:
         why = BUCKET_NOT_VISIBLE if h["kind"] == "global_shared" else h.get("note", "")   # older notes too
         lines.append(f"    buckets used, max/mean, collisions: {why}")
@@ -84,7 +85,7 @@ def _hash_section(h: dict) -> list[str]:
     lines.append(f"    {'bucket':>8} {'node':>4} {'lookups':>12} {'futexes':>7}  addresses")
     for b in h["hottest"]:
         node = "-" if b["node"] is None else str(b["node"])
-        lines.append(f"    {b['bucket']:>8} {node:>4} {b['lookups']:>12} {b['futexes']:>7}  "
+        lines.append(f"    {b['bucket']:>8} {node:>4} {b['lookups']:>12,} {b['futexes']:>7,}  "
                      + " ".join(b["addresses"][:4]) + (" ..." if b["futexes"] > 4 else ""))
     return lines
 
@@ -101,8 +102,8 @@ def _futex_list_lines(fl: dict | None) -> list[str]:
     why = (f"list full at {fl['capacity']}: raise --max-futexes" if fl.get("full") else
            "more futexes in use than the lookup cache holds: a futex missing it is admitted "
            "only now and then, so the list keeps the futexes with repeated lookups")
-    return [f"  per-futex list: {fl['futexes_listed']} futexes holding {fl['lookups_listed']} lookups; "
-            f"{fl['lookups_missed']} lookups not in it ({why}). Bucket and process counts stay exact; "
+    return [f"  per-futex list: {fl['futexes_listed']:,} futexes holding {fl['lookups_listed']:,} lookups; "
+            f"{fl['lookups_missed']:,} lookups not in it ({why}). Bucket and process counts stay exact; "
             "futex counts, distinct futexes and collisions are bounds"]
 
 
@@ -118,7 +119,7 @@ ATTACH_ROWS = 20   # system-wide, many processes have a hash: the busiest thread
 
 
 def _attach_section(att: dict | None, shown: set[int] | None = None, folded: set[int] | None = None,
-                    verbose: bool = False) -> list[str]:
+                    verbose: bool = False, comms: dict[int, str] | None = None) -> list[str]:
     """Each traced process's hash when tracing began (hash_at_attach), unless
     verbose without the processes folded above and, system-wide, without those
     that made no lookups (counted on one line). With a filter, a matching
@@ -147,13 +148,20 @@ def _attach_section(att: dict | None, shown: set[int] | None = None, folded: set
         else:
             what = f"{r['buckets']} buckets, {'custom' if r['mode'] == 'custom' else 'automatic'}"
         pend = f"; {r['pending']['buckets']} pending" if r.get("pending") else ""
-        out.append(f"  PID {r['pid']} ({r['comm']}), {count_noun(r['threads'], 'thread')}: {what}{pend}")
+        # A launched command's name at attach is its launcher's, before exec.
+        comm = (comms or {}).get(r["pid"], r["comm"]) if r.get("launched") else r["comm"]
+        out.append(f"  PID {r['pid']} ({comm}), {count_noun(r['threads'], 'thread')}: {what}{pend}")
     if len(rows) > ATTACH_ROWS and not verbose:
         out.append(f"  ... and {len(rows) - ATTACH_ROWS} more (see --json)")
     if rest:
         out.append(f"  ... {len(rest)} more process{'es' if len(rest) != 1 else ''} (folded above, or no "
                    "lookups); -v lists them")
     return out
+
+
+def _after(seen: str, pending_s: float) -> str:
+    """"took over after 0.036 ms", or "at once" below what 3 decimals show."""
+    return f"{seen} at once (under 1 us)" if pending_s < 0.5e-6 else f"{seen} after {pending_s * 1000:.3f} ms"
 
 
 def _resize_section(resizes: list[dict], folded: set[int] | None = None, verbose: bool = False) -> list[str]:
@@ -174,7 +182,7 @@ def _resize_section(resizes: list[dict], folded: set[int] | None = None, verbose
             why = f"prctl(PR_FUTEX_HASH_SET_SLOTS, {r['requested']})"
         seen = "seen in use" if r.get("result_inferred") else "took over"
         pend = "pending" if r["pivot_t"] is None and r["result"] == 0 else (
-            f"{seen} after {r['pending_s'] * 1000:.3f} ms" if r["pending_s"] is not None else "")
+            _after(seen, r["pending_s"]) if r["pending_s"] is not None else "")
         out.append(f"  +{r['t']:.3f}s PID {r['pid']} {why}: {res}, "
                    f"{r['old_buckets'] or 'global/none'} -> {r['new_buckets'] or 'global'} buckets {pend}".rstrip())
     if hidden:
@@ -221,7 +229,7 @@ def _process_blocks(rec: dict, shown: list[dict]) -> list[str]:
     costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
     out = []
     for p in shown:
-        out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']} lookups"]
+        out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']:,} lookups"]
         if p["pid"] in costs:
             out += [f"  hash: {installed_text(costs[p['pid']])}",
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
@@ -230,16 +238,22 @@ def _process_blocks(rec: dict, shown: list[dict]) -> list[str]:
     return out
 
 
+def method_lines(m: dict) -> list[str]:
+    """The method, why (one line per method skipped), its probes, and one line
+    per blind spot: a paragraph of semicolons is read by nobody."""
+    reasons = re.split(r"; (?=[\w-]+ not usable: )", m["why"])
+    return [f"futextrace: method {m['name']}", *(f"  {why}" for why in reasons if why),
+            f"  probes: {', '.join(m['probes'])}"
+            + (f" (fallback: {m['probes_fallback']})" if m.get("probes_fallback") else ""),
+            *blind_spot_lines(m["blind_spots"], "  ")]
+
+
 def render_text(rec: dict, verbose: bool = False) -> str:
     t = rec["totals"]
     m = rec["method"]
-    out = [f"futextrace: method {m['name']} ({m['why']})",
-           f"  probes: {', '.join(m['probes'])}"
-           + (f" (fallback: {m['probes_fallback']})" if m.get("probes_fallback") else ""),
-           "  cannot see: " + "; ".join(m["blind_spots"]),
-           "",
-           f"Lookups: {t['lookups']} in {rec['duration_s']:.2f} s ({t['lookups_per_s']:.0f}/s); "
-           f"private hash {t['private']}, global hash {t['global']}"]
+    out = [*method_lines(m), "",
+           f"Lookups: {t['lookups']:,} in {rec['duration_s']:.2f} s ({t['lookups_per_s']:,.0f}/s); "
+           f"private hash {t['private']:,}, global hash {t['global']:,}"]
     causes = t.get("unattributed_causes", {"map_full": t["unattributed"]})
     if causes.get("map_full"):
         out.append(f"  {causes['map_full']} lookups not attributed to a bucket: buckets map full")
@@ -265,21 +279,22 @@ def render_text(rec: dict, verbose: bool = False) -> str:
     out += _folded_section(folded, verbose)
     out += ["", "Per CPU:", f"  {'cpu':>4} {'node':>4} {'lookups':>12} {'private':>12} {'global':>12} {'atomic':>8}"]
     for r in rec["per_cpu"]:
-        out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12} {r['private']:>12} {r['global']:>12} "
-                   f"{r['atomic']:>8}")
+        out.append(f"  {r['cpu']:>4} {r['node']:>4} {r['lookups']:>12,} {r['private']:>12,} {r['global']:>12,} "
+                   f"{r['atomic']:>8,}")
     out += ["Per node:", f"  {'node':>4} {'cpus':>10} {'lookups':>12} {'private':>12} {'global':>12}"]
     for r in rec["per_node"]:
         cpus = ",".join(map(str, r["cpus"]))
-        out.append(f"  {r['node']:>4} {cpus:>10} {r['lookups']:>12} {r['private']:>12} {r['global']:>12}")
+        out.append(f"  {r['node']:>4} {cpus:>10} {r['lookups']:>12,} {r['private']:>12,} {r['global']:>12,}")
     rc = rec["refcount"]
     out += ["", f"Refcount ({rc['source']}):"]
     if rec["totals"].get("private") == 0:     # the refcount is the private hash's: nothing to count
         out.append("  n/a: no private-hash lookup was traced")
     else:
-        out.append(f"  get: {rc['get_percpu']} per-CPU, {rc['get_atomic']} shared atomic; "
-                   f"put: {rc['put_percpu']} per-CPU, {rc['put_atomic']} shared atomic")
+        out.append(f"  get: {rc['get_percpu']:,} per-CPU, {rc['get_atomic']:,} shared atomic; "
+                   f"put: {rc['put_percpu']:,} per-CPU, {rc['put_atomic']:,} shared atomic")
     shown_pids, folded_pids = {p["pid"] for p in shown}, {p["pid"] for p in folded}
     out += contention_lines(rec.get("contention"))
-    out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose)
+    out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose,
+                           {p["pid"]: p["comm"] for p in rec["processes"]})
     out += _resize_section(rec["resizes"], folded_pids, verbose)
     return "\n".join(out)

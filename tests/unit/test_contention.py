@@ -101,7 +101,7 @@ def test_record_text():
     text = "\n".join(contention_lines(rec_of([row(1, 3, a, 10, 2_000_000), row(1, 3, b, 5, 1_000_000)])["contention"]))
     assert "15 waits, 3.000 ms in 2.00 s (1.5 ms/s); collision 15 waits 3.000 ms" in text
     assert f"{hex(a)} (10), {hex(b)} (5)" in text and "collision" in text
-    assert contention_lines({"status": "not attached: turned off"}) == ["", "Bucket-lock waits (not attached: turned off):"]
+    assert contention_lines({"status": "not attached: turned off"}) == ["", "Bucket-lock waits: not attached: turned off"]
 
 
 def test_exporter_series_never_go_backwards_and_stay_bounded():

@@ -74,17 +74,17 @@ def test_cli_text_states_the_recordings_figures():
     r = _cli("report", SAMPLES[0])
     assert r.returncode == 0, r.stderr
     t = rec["totals"]
-    assert f"Lookups: {t['lookups']} in" in r.stdout
-    assert f"private hash {t['private']}, global hash {t['global']}" in r.stdout
+    assert f"Lookups: {t['lookups']:,} in" in r.stdout
+    assert f"private hash {t['private']:,}, global hash {t['global']:,}" in r.stdout
     for proc in rec["processes"]:
-        assert f"PID {proc['pid']} ({proc['comm']}): {proc['lookups']} lookups" in r.stdout
+        assert f"PID {proc['pid']} ({proc['comm']}): {proc['lookups']:,} lookups" in r.stdout
         for h in (h for h in proc["hashes"] if h["kind"] == "private"):
             counts = list(h["bucket_counts"].values())
-            assert (f"private hash, {h['buckets']} buckets: {sum(counts)} lookups, "
-                    f"{h['distinct_futexes']} distinct futexes") in r.stdout
+            assert (f"private hash, {h['buckets']} buckets: {sum(counts):,} lookups, "
+                    f"{h['distinct_futexes']:,} distinct futexes") in r.stdout
             assert f"buckets used {sum(1 for c in counts if c)} of {h['buckets']}" in r.stdout
             hot = max(h["bucket_counts"], key=h["bucket_counts"].get)
-            assert re.search(rf"^\s+{hot}\s+-\s+{h['bucket_counts'][hot]}\s", r.stdout, re.M)
+            assert re.search(rf"^\s+{hot}\s+-\s+{h['bucket_counts'][hot]:,}\s", r.stdout, re.M)
 
 
 def test_text_names_each_unattributed_cause():
