@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Two builds of futextrace's BPF program side by side, for design work on the
-hot path: A is the tree's own, B the same with bpf/futex_common.h taken from
-another directory. Both are loaded at once; each round runs every size, and per
+hot path: A is the tree's own, B the same with bpf/futex_common.h (and
+trace_tp.bpf.c, when the directory has one) taken from another directory. Both are loaded at once; each round runs every size, and per
 size three runs back to back in a rotating order (untraced, A attached, B
 attached: the other's hook detached, futexset.hot_path_detached), so both builds
 see the same machine. Prints per size the median retained throughput of each
@@ -38,8 +38,9 @@ def load_pair(model, variant: Path):
     common = (variant / "futex_common.h").read_text()
     own = loader.source_for
 
-    def source_b(method: str) -> str:        # the tree's program text with B's common part
-        text = (loader.bpf_dir() / "trace_tp.bpf.c").read_text()
+    def source_b(method: str) -> str:        # the tree's program text (or B's) with B's common part
+        main = variant / "trace_tp.bpf.c"
+        text = (main if main.exists() else loader.bpf_dir() / "trace_tp.bpf.c").read_text()
         return text.replace('#include "futex_common.h"', common, 1)
     loader.source_for = source_b
     try:
