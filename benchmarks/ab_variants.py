@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Two builds of futextrace's BPF program side by side, for design work on the
 hot path: A is the tree's own, B the same with bpf/futex_common.h (and
-trace_tp.bpf.c, when the directory has one) taken from another directory. Both are loaded at once; each round runs every size, and per
-size three runs back to back in a rotating order (untraced, A attached, B
-attached: the other's hook detached, futexset.hot_path_detached), so both builds
-see the same machine. Prints per size the median retained throughput of each
+trace_tp.bpf.c, when the directory has one) taken from another directory.
+Both are loaded at once; each round runs every size, and per size three runs
+back to back in a rotating order (untraced, A attached, B attached: the
+other's hook detached, futexset.hot_path_detached), so both builds see the
+same machine. Prints per size the median retained throughput of each
 and the median per-round difference B - A. A build that changes maps or
 futextrace.h is out of scope (B shares the tree's header).
 

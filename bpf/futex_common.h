@@ -43,6 +43,17 @@ BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
  * miss may take it over (account_lookup) instead of going the stream path. */
 BPF_ARRAY(exits, u64, 1);
 
+/* The tracepoint method's memo of the current task (trace_tp.bpf.c,
+ * TASK_MEMO) holds while `gen` stays. It moves at every task creation (a new
+ * task may get a freed task's kernel stack, whose pt_regs address names a
+ * memo entry, and a clone may resize its process's hash), every exec (a new
+ * mm, maybe a new tgid) and every prctl(PR_FUTEX_HASH)'s return (its caller's
+ * next syscall). `prctls` counts those prctls in flight (by tid in
+ * `prctl_open`): while one is, no memo is used. */
+struct task_epoch { u64 gen; u64 prctls; };
+BPF_ARRAY(task_epoch, struct task_epoch, 1);
+BPF_HASH(prctl_open, u32, u8, 1024);
+
 /* Which private hash each process had when last seen: resize detection. The
  * per-CPU `last_hash` cache keeps the hot path off this shared map. */
 struct mm_seen { u64 hash; };
@@ -722,10 +733,47 @@ static __always_inline void account_direct(u32 tgid, u64 hash, u32 hmask, u32 hs
 }
 
 
+static __always_inline void task_epoch_moves(void)
+{
+	u32 zero = 0;
+	struct task_epoch *ep = task_epoch.lookup(&zero);
+	if (ep)
+		__sync_fetch_and_add(&ep->gen, 1);
+}
+
+/* A prctl(PR_FUTEX_HASH) of `tid` has returned (or its task exits): memos
+ * may be used again once no other is in flight. */
+static __always_inline void prctl_closed(u32 tid)
+{
+	u32 zero = 0;
+	struct task_epoch *ep = task_epoch.lookup(&zero);
+	if (!ep || !prctl_open.lookup(&tid))
+		return;
+	prctl_open.delete(&tid);
+	__sync_fetch_and_add(&ep->gen, 1);
+	__sync_fetch_and_add(&ep->prctls, -1);
+}
+
+/* A prctl(PR_FUTEX_HASH) of `tid` is about to run: no memo is used until it
+ * returns. A full `prctl_open` turns memos off for good. */
+static __always_inline void prctl_opened(u32 tid)
+{
+	u32 zero = 0;
+	u8 one = 1;
+	struct task_epoch *ep = task_epoch.lookup(&zero);
+	if (!ep || prctl_open.lookup(&tid))
+		return;
+	if (prctl_open.update(&tid, &one))
+		__sync_fetch_and_add(&ep->prctls, 1ULL << 40);
+	else
+		__sync_fetch_and_add(&ep->prctls, 1);
+}
+
 /* Raw tracepoints for the task events: no tracefs format needed, and they run
  * only on task creation/exit, never on the futex path. current = the parent. */
 RAW_TRACEPOINT_PROBE(task_newtask)
 {
+	task_epoch_moves();   /* before the filter: any task may reuse a stack */
 	u64 id = bpf_get_current_pid_tgid();
 	u32 child = 0;
 	bpf_probe_read_kernel(&child, 4, (void *)(ctx->args[0] + OFF_TASK_PID));
@@ -745,8 +793,9 @@ RAW_TRACEPOINT_PROBE(task_newtask)
 	return 0;
 }
 
-#ifdef COMM_AT_EXEC
-/* --comm with the tgid set kept by user space (record/commwatch.py): a process
+#if defined(COMM_AT_EXEC) || defined(TASK_MEMO)
+/* An exec gives the task a new mm (the memo's epoch moves). With --comm and
+ * the tgid set kept by user space (record/commwatch.py): a process
  * that execs under a wanted name is added here, at once, so none of its calls
  * are missed before user space hears of the exec (the proc connector's event
  * comes later: the test_serve_bounded churn lost ~4% of lookups without this).
@@ -754,6 +803,8 @@ RAW_TRACEPOINT_PROBE(task_newtask)
  * The name is already the new one here (begin_new_exec set it). */
 RAW_TRACEPOINT_PROBE(sched_process_exec)
 {
+	task_epoch_moves();
+#ifdef COMM_AT_EXEC
 	struct comm_key ck = {};
 	bpf_get_current_comm(&ck.comm, sizeof(ck.comm));
 	if (comm_filter.lookup(&ck)) {
@@ -761,6 +812,7 @@ RAW_TRACEPOINT_PROBE(sched_process_exec)
 		u8 one = 1;
 		tgid_filter.update(&tgid, &one);
 	}
+#endif
 	return 0;
 }
 #endif
@@ -768,6 +820,9 @@ RAW_TRACEPOINT_PROBE(sched_process_exec)
 RAW_TRACEPOINT_PROBE(sched_process_exit)
 {
 	u64 id = bpf_get_current_pid_tgid();
+#ifdef TASK_MEMO
+	prctl_closed((u32)id);   /* a prctl caller that exits without another syscall */
+#endif
 	if (!task_wanted(id >> 32, (u32)id))
 		return 0;
 	if ((u32)id == id >> 32) {

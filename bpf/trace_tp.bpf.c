@@ -9,6 +9,11 @@
  * (io_uring futex ops, robust-list/exit wakes, PI handoffs), retries inside one
  * syscall, and the bucket of shared (non-private) futexes.
  */
+/* The memo of the current task (below): not with filters whose answer may
+ * change without a task event (the name, the cgroup). */
+#if !defined(FILTER_COMM) && !defined(FILTER_CGROUP)
+#define TASK_MEMO
+#endif
 #include "futex_common.h"
 
 #define NR_futex 202
@@ -38,6 +43,17 @@ BPF_HASH(prctl_pending, u32, u8, 1024);
 struct waitv_work { u64 waiters; u64 hash; u32 tgid; u32 hmask; u32 hstate; u32 n; u32 next; u32 is_waitv; };
 BPF_PERCPU_ARRAY(waitv_work, struct waitv_work, 1);
 BPF_PROG_ARRAY(waitv_progs, 1);
+
+#ifdef TASK_MEMO
+/* Per CPU, the last task whose futex call took the full path: its pt_regs
+ * address (its kernel stack's, unique among live tasks), its process, whether
+ * it is traced, and its private hash (present, size) while that is settled
+ * (no replacement pending, per-CPU refcount). Good while task_epoch's gen is
+ * `gen`: a later call of that task on this CPU needs no
+ * bpf_get_current_task_btf(), a real call on kernels that do not inline it. */
+struct task_memo { u64 regs; u64 gen; u32 tgid; u32 hmask; u32 has_hash; u32 wanted; };
+BPF_PERCPU_ARRAY(task_memo, struct task_memo, 1);
+#endif
 
 #ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
@@ -194,11 +210,28 @@ static __always_inline int traced_nr(u64 nr)
 	       nr == NR_futex_waitv || nr == NR_futex_requeue || nr == NR_prctl;
 }
 
-static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *task, void *regs)
+static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 hash, u32 hmask, u32 hstate,
+				      void *regs);
+
+/* The full path: the task's ids and hash through BTF-typed loads; `m` (may
+ * be NULL) is the memo to fill when the hash is settled, `gen` the epoch read
+ * before any of it. */
+static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *task, void *regs,
+					void *m, u64 gen)
 {
 	u32 tgid = LOAD(u32, task, OFF_TASK_TGID);
 	u32 tid = LOAD(u32, task, OFF_TASK_PID);
-	if (!task_wanted(tgid, tid))
+	u32 wanted = task_wanted(tgid, tid);
+#ifdef TASK_MEMO
+	struct task_memo *tm = m;
+	if (tm && !wanted && nr != NR_prctl) {
+		tm->regs = (u64)regs;
+		tm->gen = gen;
+		tm->wanted = 0;
+		return 0;
+	}
+#endif
+	if (!wanted)
 		return 0;
 
 	if (nr == NR_prctl) {
@@ -211,6 +244,9 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 			 * with the hash state, enough to tell -EINVAL and -EBUSY. */
 			emit_task_event(FTE_PRCTL_ENTER, LOAD(u64, regs, OFF_REGS_DX),
 					LOAD(u64, regs, OFF_REGS_SI), LOAD(u64, regs, OFF_REGS_R10));
+#ifdef TASK_MEMO
+			prctl_opened(tid);
+#endif
 		}
 		return 0;
 	}
@@ -227,11 +263,28 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 		hstate = LOAD(u32, fph, OFF_FPH_STATE);
 		ident = (1ULL << 40) | ((u64)LOAD(u8, fph, OFF_FPH_CUSTOM) << 32) | hmask;
 	}
-	u64 hash = fph ? 1 : 0, mm = 0;
+	u64 hash = fph ? 1 : 0;
 	if (!mmp)
 		return 0;
 	check_hash(tgid, ident);
+#ifdef TASK_MEMO
+	if (tm && (!fph || (!hstate && !LOAD(void *, mmp, OFF_MM_PHASH_NEW)))) {
+		tm->regs = (u64)regs;
+		tm->gen = gen;
+		tm->tgid = tgid;
+		tm->hmask = hmask;
+		tm->has_hash = hash;
+		tm->wanted = 1;
+	}
+#endif
+	return futex_call(ctx, nr, tgid, hash, hmask, hstate, regs);
+}
 
+/* A futex syscall of a traced task: its keys to account_lookup. */
+static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 hash, u32 hmask, u32 hstate,
+				      void *regs)
+{
+	u64 mm = 0;
 	u64 uaddr = LOAD(u64, regs, OFF_REGS_DI);
 	u64 arg1 = LOAD(u64, regs, OFF_REGS_SI);
 	if (nr == NR_futex) {
@@ -282,9 +335,29 @@ static __always_inline int on_sys_exit(struct task_struct *task, s64 ret)
  */
 int ft_btf_sys_enter(u64 *ctx)
 {
+#ifdef TASK_MEMO
+	u32 zero = 0;
+	struct task_epoch *ep = task_epoch.lookup(&zero);
+	struct task_memo *m = task_memo.lookup(&zero);
+	if (!ep || !m)
+		return 0;
+	u64 gen = ep->gen, prctls = ep->prctls;
+	if (prctls)   /* is this the next syscall of a prctl(PR_FUTEX_HASH) caller? */
+		prctl_closed(LOAD(u32, bpf_get_current_task_btf(), OFF_TASK_PID));
 	if (!traced_nr(ctx[1]))
 		return 0;
-	return on_sys_enter(ctx, ctx[1], bpf_get_current_task_btf(), (void *)ctx[0]);
+	/* Opaque to the compiler, so that after the compare below it still
+	 * reads through this typed pointer, not the memo's equal number. */
+	void *regs = (void *)ctx[0];
+	asm volatile("" : "+r"(regs));
+	if (m->regs == ctx[0] && m->gen == gen && !prctls && ctx[1] != NR_prctl)
+		return m->wanted ? futex_call(ctx, ctx[1], m->tgid, m->has_hash, m->hmask, 0, regs) : 0;
+	return on_sys_enter(ctx, ctx[1], bpf_get_current_task_btf(), regs, prctls ? 0 : m, gen);
+#else
+	if (!traced_nr(ctx[1]))
+		return 0;
+	return on_sys_enter(ctx, ctx[1], bpf_get_current_task_btf(), (void *)ctx[0], 0, 0);
+#endif
 }
 
 /* Left out while tp_btf is tried: a quarter of the compile time (loader.py). */
@@ -294,7 +367,7 @@ int ft_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (!traced_nr(ctx->args[1]))
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
-	return on_sys_enter(ctx, ctx->args[1], task, (void *)bpf_task_pt_regs(task));
+	return on_sys_enter(ctx, ctx->args[1], task, (void *)bpf_task_pt_regs(task), 0, 0);
 }
 #endif
 

@@ -281,8 +281,12 @@ class Program:
     def _attach_method(self, BPF, model) -> list[str]:
         """The method's hooks; the probes attached, as listed in the recording."""
         if self.method == "tracepoint":
+            # sched_process_exec: --comm's exec rule, or the task memo's epoch (trace_tp.bpf.c
+            # TASK_MEMO: compiled unless a name or cgroup filter is)
+            execs = ["raw_tracepoint:sched_process_exec"] if (
+                "-DCOMM_AT_EXEC" in self._cflags or not (self.filters.comms or self.filters.cgroup_ids)) else []
             return self._attach_syscall_hooks(BPF) + [
-                "raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
+                "raw_tracepoint:task_newtask", *execs, "raw_tracepoint:sched_process_exit"]
         if self.method == "fentry":
             try:
                 self._prepare()   # --comm's tgids in the filter before the counting fexit attaches

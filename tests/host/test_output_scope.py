@@ -72,7 +72,7 @@ def test_forty_tiny_processes_fold_into_one_line(folded):
     lines = folded["text"].splitlines()
     assert len(lines) < 100, folded["text"]
     busy = folded["pids"]["busy"]
-    assert f"PID {busy} (ftfold): {own_lookups(BUSY_N)} lookups" in lines
+    assert f"PID {busy} (ftfold): {own_lookups(BUSY_N):,} lookups" in lines
     tiny = [pid for name, pid in folded["pids"].items() if name != "busy"]
     assert not [ln for ln in lines if any(ln.startswith(f"PID {p} ") for p in tiny)]
     fold = [ln for ln in lines if ln.startswith("... ")]
