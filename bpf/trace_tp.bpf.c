@@ -10,8 +10,9 @@
  * syscall, and the bucket of shared (non-private) futexes.
  */
 /* The memo of the current task (below): not with filters whose answer may
- * change without a task event (the name, the cgroup). */
-#if !defined(FILTER_COMM) && !defined(FILTER_CGROUP)
+ * change without a task event (the name, the cgroup, a tgid set that user
+ * space keeps as processes come and go: --comm). */
+#if !defined(FILTER_COMM) && !defined(FILTER_CGROUP) && !defined(FILTER_TGID_LIVE)
 #define TASK_MEMO
 #endif
 #include "futex_common.h"

@@ -161,6 +161,8 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
     if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
+    if filters.tgid_map:    # user space changes the filter as it runs: no task memo (trace_tp.bpf.c)
+        flags.append("-DFILTER_TGID_LIVE")
         if filters.follow_forks:
             flags.append("-DFOLLOW_FORKS")
     if filters.tids:
@@ -283,8 +285,9 @@ class Program:
         if self.method == "tracepoint":
             # sched_process_exec: --comm's exec rule, or the task memo's epoch (trace_tp.bpf.c
             # TASK_MEMO: compiled unless a name or cgroup filter is)
+            f = self.filters
             execs = ["raw_tracepoint:sched_process_exec"] if (
-                "-DCOMM_AT_EXEC" in self._cflags or not (self.filters.comms or self.filters.cgroup_ids)) else []
+                "-DCOMM_AT_EXEC" in self._cflags or not (f.comms or f.cgroup_ids or f.tgid_map)) else []
             return self._attach_syscall_hooks(BPF) + [
                 "raw_tracepoint:task_newtask", *execs, "raw_tracepoint:sched_process_exit"]
         if self.method == "fentry":
