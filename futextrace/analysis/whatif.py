@@ -12,7 +12,7 @@ Only private keys are placed (shared futexes always use the global hash).
 """
 from __future__ import annotations
 
-from futextrace.kernel.jhash import PAGE_SIZE, _u64_words, jhash2
+from futextrace.kernel.jhash import private_hash
 
 SIZES = [1 << s for s in range(4, 18)]      # 16 ... 131072, the sizes SET_SLOTS takes that matter
 HOT_SHARE = 0.01          # a hot futex: at least 1% of the process's listed private lookups
@@ -26,12 +26,6 @@ def futex_list(futexes: list[dict]) -> dict:
     kept, rest = private[:MAX_LISTED], private[MAX_LISTED:]
     return {"listed": [{"uaddr": hex(f["uaddr"]), "lookups": f["lookups"]} for f in kept],
             "not_listed": len(rest), "not_listed_lookups": sum(f["lookups"] for f in rest)}
-
-
-def full_hash(uaddr: int) -> int:
-    """The 32-bit hash before the mask: the bucket for size S is full_hash & (S - 1)."""
-    offset = uaddr % PAGE_SIZE
-    return jhash2(_u64_words(uaddr - offset), offset)
 
 
 def _row(size: int, hashed: list[tuple[int, int]], hot: set[int], bucket_bytes: int | None) -> dict:
@@ -51,7 +45,7 @@ def table(listing: dict, bucket_bytes: int | None, partial_note: str | None = No
     listed = listing.get("listed") or []
     if not listed:
         return None
-    hashed = [(full_hash(int(f["uaddr"], 16)), f["lookups"]) for f in listed]
+    hashed = [(private_hash(int(f["uaddr"], 16)), f["lookups"]) for f in listed]
     total = sum(n for _, n in hashed)
     hot = {i for i, (_, n) in enumerate(hashed) if n >= HOT_SHARE * total}
     rows = [_row(size, hashed, hot, bucket_bytes) for size in SIZES]

@@ -225,7 +225,7 @@ def attach_hooks(model: kmodel.KernelModel, hooks: HookProgram) -> None:
         hooks.attach("tp_btf", lambda b: tpbtf.attach(b, "on_btf", tp_id))
     if fentry.static_refusal(model) is None:
         fh = model.func_btf_ids["futex_hash"]
-        hooks.attach("fentry", lambda b: fentry._load_attach(b, "on_fexit", fentry.BPF_TRACE_FEXIT, fh))
+        hooks.attach("fentry", lambda b: fentry.load_attach(b, "on_fexit", fentry.BPF_TRACE_FEXIT, fh))
 
 
 TRACEPOINT = "syscalls:sys_enter_futex"

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from futextrace.analysis import whatif
-from futextrace.output.plots import _pyplot
+from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import FOOTNOTE_CHARS, pid_names, pow2_label, save, who
 
 
@@ -31,7 +31,7 @@ def plot_whatif(rec: dict, path: Path) -> Path:
 
 def figure_whatif(rec: dict):
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
-    plt = _pyplot()
+    plt = pyplot()
     fig, (shared, busiest) = plt.subplots(2, 1, figsize=(10, 6), dpi=110, sharex=True, layout="constrained")
     subject = _subject(rec)
     if subject is None:
