@@ -161,10 +161,10 @@ class IntervalReporter:
         self._missed = 0
 
     def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
-            missed_runs: int, comm_of, comms: dict[int, str],
+            missed_runs: int, comm_label, comms: dict[int, str],
             buckets: list[dict] | None = None, events: list[dict] | None = None,
             infer_prctl: bool = False, at_attach: dict | None = None) -> dict:
-        """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_of).
+        """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_label).
         With `buckets` (the exact counts), each process's lookups, hash and buckets
         come from them, and only its futex count from the bounded per-futex list;
         with `events`, each process's installed and pending hash and the
@@ -183,7 +183,7 @@ class IntervalReporter:
                "lost_events": delta["LOST_EVENTS"], "missed_runs": missed, "resizes": 0}
         snap = snapshot(futexes)
         for pid in ({k[0] for k in snap} | {b["tgid"] for b in buckets or []}) - set(comms):
-            comms[pid] = comm_of(pid)
+            comms[pid] = comm_label(pid)
         row["processes"] = processes(self._snapshot, snap, span, comms)
         self._snapshot = snap
         if buckets is not None:
