@@ -1,4 +1,4 @@
-"""explain.py and snapshot.py on recorded and hand-made timelines (no BPF, no root)."""
+"""explain and snapshot (record/hashrows.py, record/hashwatch.py) on recorded and hand-made timelines (no BPF, no root)."""
 import functools
 import json
 import sys
@@ -8,7 +8,7 @@ import pytest
 
 from futextrace.analysis import explain as E
 from futextrace.output import explain_text as T
-from futextrace.record import hashrows, snapshot_fallback
+from futextrace.record import hashrows, hashwatch
 from futextrace.analysis.timeline import build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -192,7 +192,7 @@ def test_snapshot_describe():
     d = hashrows.describe({"buckets": 0, "custom": True})
     assert (d["kind"], d["mode"]) == ("global", "custom") and "for good" in d["text"]
     states = [{"t": 2, "pid": 1, "buckets": 32}, {"t": 1, "pid": 1, "buckets": 16}]
-    assert snapshot_fallback.latest_states({"hash_states": states})[1]["buckets"] == 32
+    assert hashwatch.latest_states({"hash_states": states})[1]["buckets"] == 32
 
 
 def test_kprobe_allocation_is_paired_with_the_clone_that_follows():
