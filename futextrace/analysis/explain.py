@@ -306,26 +306,19 @@ def _whatif(pid: int, rec: dict) -> dict | None:
     unlisted = sum(d.get("futexes_unlisted", 0) for d in details)
     missed = sum(d.get("lookups_missed", 0) for d in details)
     unattributed = (rec.get("totals") or {}).get("unattributed_causes", {}).get("map_full")
-    notes = [f"{unlisted:,} futexes of this process are beyond the per-futex list (it was full): "
-             "they are not in the table" if unlisted else "",
-             f"{missed:,} lookups of this process are beyond the per-futex list (it was full): "
-             "their futexes are not in the table" if missed else "",
-             f"{unattributed:,} lookups were not attributed at all (map full): not in the table"
-             if unattributed else ""]
-    note = "; ".join(n for n in notes if n) or None
-    return whatif.table(proc["futex_list"], rec.get("kernel", {}).get("futex_hash_bucket_size"), note)
+    return whatif.table(proc["futex_list"], rec.get("kernel", {}).get("futex_hash_bucket_size"),
+                        {"futexes_unlisted": unlisted, "lookups_missed": missed, "unattributed": unattributed})
 
 
 def _advice(pid: int, rec: dict, st: _State, cur: int) -> dict:
-    """{case, slots, effect, c_line, measured}: from the bucket-lock waits the
-    recording measured (analysis/contention.py), never from the lookup spread alone.
-    case: global_chosen, not_measured or measured (contention.advice's words)."""
+    """{verdict, slots, ...}: from the bucket-lock waits the recording measured
+    (analysis/contention.py), never from the lookup spread alone; verdict
+    global_chosen or not_measured before any wait is read."""
     if st.global_chosen:
-        return {"case": "global_chosen", "slots": None, "c_line": None, "measured": None}
+        return {"verdict": "global_chosen", "slots": None}
     if not contention.measured(rec):
-        return {"case": "not_measured", "slots": None, "c_line": None, "measured": None}
-    # lookups only on the global hash: the final hash
-    return {"case": "measured", **contention.advice(pid, rec, cur or st.buckets or 0)}
+        return {"verdict": "not_measured", "slots": None}
+    return contention.advice(pid, rec, cur or st.buckets or 0)   # lookups only on the global hash: the final hash
 
 
 def _shared_share(pid: int, rec: dict) -> float:
@@ -366,7 +359,7 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
     return {"slots": adv["slots"], "distinct_futexes": d, "current_buckets": cur,
             "collisions": h.get("collisions"), "max_over_mean": imb, "atomic_share": atomic_share,
             "expected_collisions_now": expected_collisions(d, cur) if cur else None,
-            "c_line": adv["c_line"], "whatif": table,
+            "whatif": table,
             "facts": {"collisions_known": "collisions" in h,
                       "atomic_inferred": str(rc.get("source", "")).startswith("inferred"),
                       "advice": adv, "no_table": no_table,

@@ -40,8 +40,10 @@ def _row(size: int, hashed: list[tuple[int, int]], hot: set[int], bucket_bytes: 
             "memory_bytes": size * bucket_bytes if bucket_bytes else None}
 
 
-def table(listing: dict, bucket_bytes: int | None, partial_note: str | None = None) -> dict | None:
-    """The what-if table for one process's futex listing (futex_list's output)."""
+def table(listing: dict, bucket_bytes: int | None, beyond: dict | None = None) -> dict | None:
+    """The what-if table for one process's futex listing (futex_list's output);
+    `beyond`: what the listing misses (futexes_unlisted, lookups_missed,
+    unattributed), said in the table's notes (output/whatif_text.py)."""
     listed = listing.get("listed") or []
     if not listed:
         return None
@@ -50,13 +52,9 @@ def table(listing: dict, bucket_bytes: int | None, partial_note: str | None = No
     hot = {i for i, (_, n) in enumerate(hashed) if n >= HOT_SHARE * total}
     rows = [_row(size, hashed, hot, bucket_bytes) for size in SIZES]
     smallest = next((r["buckets"] for r in rows if hot and not r["hot_sharing"]), None)
-    notes = []
-    if listing.get("not_listed"):
-        notes.append(f"top {len(listed)} futexes by lookups; {listing['not_listed']} futexes with "
-                     f"{listing['not_listed_lookups']} lookups not in the list")
-    if partial_note:
-        notes.append(partial_note)
+    beyond = {k: v for k, v in (beyond or {}).items() if v}
     return {"futexes": len(listed), "lookups": total, "hot": len(hot),
-            "hot_rule": f"a hot futex has at least {HOT_SHARE:.0%} of the listed lookups",
             "bucket_bytes": bucket_bytes, "rows": rows, "smallest_without_hot_sharing": smallest,
-            "partial": bool(notes), "notes": notes}
+            "partial": bool(listing.get("not_listed") or beyond),
+            "facts": {"not_listed": listing.get("not_listed"), "not_listed_lookups": listing.get("not_listed_lookups"),
+                      "beyond": beyond}}

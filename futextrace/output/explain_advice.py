@@ -1,8 +1,9 @@
 """explain's recommendation in words: what was measured and what a size would
-change (analysis/explain.py `recommend` decides; contention.advice words the
-bucket-lock waits)."""
+change (analysis/explain.py `recommend` and analysis/contention.py `advice` decide)."""
 from __future__ import annotations
 
+from futextrace.analysis.contention import MAX_SLOTS, MEASURABLE_MS_PER_S
+from futextrace.output.whatif_text import worded_table
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 
 SHARED_WHY = ("shared futexes (process-shared or file-backed), which always use the global hash: "
@@ -20,7 +21,42 @@ ADVICE = {
     "not_measured": ("this recording did not measure bucket-lock waits (lock:contention_begin/end "
                      "not attached): no size is suggested; the table shows only how the futexes "
                      "would spread"),
+    "global_hash": ("the process uses the global hash, whose bucket locks are not traced here: "
+                    "no measured cost, no size to suggest"),
 }
+
+
+def _wait_effect(adv: dict) -> str:
+    rate = adv["ms_per_s"]
+    verdict, hit = adv["verdict"], adv["buckets_hit"]
+    if verdict in ("collision", "no_separating_size"):
+        names = ", ".join(str(b) for b in hit[:6]) + (" ..." if len(hit) > 6 else "")
+        head = (f"collisions cost {rate['collision']:.2f} ms/s of lock waits in "
+                f"bucket{'s' if len(hit) > 1 else ''} {names}")
+        if verdict == "no_separating_size":
+            return (f"{head}; no size up to {MAX_SLOTS:,} puts those futexes in buckets of their own: "
+                    "more buckets are not the fix")
+        return f"{head}; at {adv['slots']} buckets those futexes no longer share"
+    if verdict == "same_futex":
+        return (f"the lock waits ({rate['same_futex']:.2f} ms/s) are each on "
+                "one futex's own bucket: more buckets will not help")
+    if verdict == "untied":
+        return "the lock waits could not be tied to a futex (not from the waiter's futex call): no size to suggest"
+    return (f"no measurable bucket-lock wait (under {MEASURABLE_MS_PER_S} ms/s): "
+            f"the current size ({adv['current']} buckets) costs nothing measurable")
+
+
+def advice_words(adv: dict) -> dict:
+    """{slots, c_line, measured, effect} of an advice (analysis.contention.advice, or
+    explain's verdicts before it): the C line to set the size, what the waits were."""
+    c_line = f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {adv['slots']}, 0);" if adv["slots"] else None
+    if adv["verdict"] in ADVICE:
+        measured = "bucket-lock waits: not traced on the global hash" if adv["verdict"] == "global_hash" else None
+        return {"slots": adv["slots"], "c_line": c_line, "measured": measured, "effect": ADVICE[adv["verdict"]]}
+    rate = adv["ms_per_s"]
+    measured = (f"bucket-lock waits: {adv['waits']:,} in {adv['window_s']:.1f} s, {rate['total']:.3f} ms/s "
+                f"({rate['collision']:.3f} collision, {rate['same_futex']:.3f} same futex)")
+    return {"slots": adv["slots"], "c_line": c_line, "measured": measured, "effect": _wait_effect(adv)}
 
 
 def _measured(r: dict, facts: dict) -> str:
@@ -32,13 +68,12 @@ def _measured(r: dict, facts: dict) -> str:
             + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
             + (f", {r['atomic_share']:.1%} of refcount gets atomic"
                + (" (inferred)" if facts["atomic_inferred"] else "") if cur else ""))
-    adv = facts["advice"]
+    adv = advice_words(facts["advice"])
     return text + ("; " + adv["measured"] if adv["measured"] else "")
 
 
 def _effect(r: dict, facts: dict, cost: dict, final: dict) -> str:
-    adv = facts["advice"]
-    effect = ADVICE.get(adv["case"]) or adv["effect"]
+    effect = advice_words(facts["advice"])["effect"]
     if facts["no_table"]:
         effect = f"{effect}; no what-if table: {NO_TABLE[facts['no_table']]}"
     elif facts["shared_share"] >= 0.5:
@@ -62,7 +97,7 @@ def worded_recommendation(r: dict | None, cost: dict, final: dict) -> dict | Non
                                    "max_over_mean", "atomic_share", "expected_collisions_now")}
     out["measured"] = _measured(r, facts)
     out["effect"] = _effect(r, facts, cost, final)
-    out["c_line"], out["whatif"] = r["c_line"], r["whatif"]
+    out["c_line"], out["whatif"] = advice_words(facts["advice"])["c_line"], worded_table(r["whatif"])
     if "avoided_atomic_s" in r:
         out["avoided_atomic_s"] = r["avoided_atomic_s"]
     return out
