@@ -113,7 +113,7 @@ def run_empty(bpf, cond: str, argv: list[str], model) -> float:
             bpf.detach_kprobe(event="futex_hash")
             bpf.detach_kretprobe(event="futex_hash")
     from futextrace.loading import fentry
-    links = [fentry._load_attach(bpf, "on_fexit", fentry.BPF_TRACE_FEXIT, model.func_btf_ids["futex_hash"])]
+    links = [fentry.load_attach(bpf, "on_fexit", fentry.BPF_TRACE_FEXIT, model.func_btf_ids["futex_hash"])]
     try:
         return run_workload(argv)
     finally:

@@ -12,7 +12,7 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0  success
   2  bad option or argument
-  3  this machine cannot run it (not root, BPF refused, no BTF, no private futex hash)
+  3  this machine cannot run it (not root, BPF refused, no BTF, no futex private hash)
   4  target problem (PID missing or a kernel thread, command cannot start, bad cgroup)
   5  file problem (cannot write output, JSON file is not a futextrace recording)
   6  the kernel refused (BPF load/attach or prctl failed)"""

@@ -10,7 +10,8 @@ request is the clone/prctl and the pivot is the first futex call seen on the
 new hash, so the windows are inferred. The lookups made in atomic mode are the
 per-futex `atomic` counts (fph->state read at each lookup, both methods).
 
-Pure Python over a recording (docs/json-schema.md, `resize_cost`).
+Pure Python over a recording (docs/json-schema.md, `resize_cost`); words:
+output/atomic_text.py.
 """
 from __future__ import annotations
 
@@ -110,31 +111,3 @@ def process_cost(pid: int, rec: dict) -> dict:
 def resize_cost(rec: dict) -> list[dict]:
     """process_cost() for every process with a hash state or a resize."""
     return [process_cost(pid, rec) for pid in _pids(rec)]
-
-
-def installed_text(c: dict) -> str:
-    """'32 buckets (installed), 64 pending since +0.552 s' and the like."""
-    inst = c["installed"]
-    if inst is None:
-        text = "installed size not seen"
-    elif inst["buckets"] == 0:
-        text = "global hash (installed)"
-    else:
-        text = f"{inst['buckets']} buckets (installed{', custom' if inst['custom'] else ''})"
-    p = c["pending"]
-    if p:
-        text += (f"; {p['buckets']} pending since +{p['since_t']:.3f} s "
-                 f"({p['atomic_share']:.1%} of its refcount gets atomic)")
-    return text
-
-
-def atomic_text(c: dict) -> str | None:
-    """One line on atomic refcount time, or None when there was none."""
-    a = c["atomic"]
-    if not a["windows"]:
-        return None
-    label = "" if a["source"] == "measured" else " (inferred)"
-    still = " (one still open at the end)" if any(w["open"] for w in a["windows"]) else ""
-    return (f"atomic refcounts{label}: {a['total_s'] * 1000:.2f} ms over {len(a['windows'])} "
-            f"pending replacement(s){still}, longest {a['longest_s'] * 1000:.2f} ms; "
-            f"{a['lookups']:,} lookups made in atomic mode ({a['share']:.1%} of its private lookups)")

@@ -135,39 +135,30 @@ def _ms_per_s(ns: int, rec: dict) -> float:
 
 
 def advice(pid: int, rec: dict, cur: int) -> dict:
-    """Advice from measured bucket-lock waits: {slots, effect, c_line, measured}."""
+    """What the measured bucket-lock waits say about the size (output/explain_advice.py
+    words it). verdict: global_hash (its locks are not traced), collision (`slots`
+    separates the colliding futexes), no_separating_size, same_futex, untied (waits
+    tied to no futex) or nothing_measurable."""
     if not cur:
-        return {"slots": None, "c_line": None, "measured": "bucket-lock waits: not traced on the global hash",
-                "effect": "the process uses the global hash, whose bucket locks are not traced here: "
-                          "no measured cost, no size to suggest"}
+        return {"verdict": "global_hash", "slots": None}
     p = _proc(rec, pid) or {"waits": 0, "wait_ns": 0, "by_cause": _zero(), "buckets": []}
-    window = rec["contention"].get("window_s") or 0
     coll, same = p["by_cause"]["collision"], p["by_cause"]["same_futex"]
-    total = _ms_per_s(p["wait_ns"], rec)
-    said = (f"bucket-lock waits: {p['waits']:,} in {window:.1f} s, {total:.3f} ms/s "
-            f"({_ms_per_s(coll['wait_ns'], rec):.3f} collision, {_ms_per_s(same['wait_ns'], rec):.3f} same futex)")
-    none = {"slots": None, "c_line": None, "measured": said}
-    if _ms_per_s(coll["wait_ns"], rec) >= MEASURABLE_MS_PER_S:
+    rates = {"total": _ms_per_s(p["wait_ns"], rec), "collision": _ms_per_s(coll["wait_ns"], rec),
+             "same_futex": _ms_per_s(same["wait_ns"], rec)}
+    out = {"slots": None, "waits": p["waits"], "window_s": rec["contention"].get("window_s") or 0,
+           "ms_per_s": rates, "current": cur, "buckets_hit": []}
+    if rates["collision"] >= MEASURABLE_MS_PER_S:
         hit = [b for b in p["buckets"] if b["cause"] == "collision"]
-        names = ", ".join(str(b["bucket"]) for b in hit[:6]) + (" ..." if len(hit) > 6 else "")
         colliding = [int(f["uaddr"], 16) for b in hit for f in b["futexes"] if f["uaddr"]]
         waiting = [int(f["uaddr"], 16) for b in p["buckets"] for f in b["futexes"] if f["uaddr"]]
         size = separating_size(colliding, waiting, cur or 1)
-        head = (f"collisions cost {_ms_per_s(coll['wait_ns'], rec):.2f} ms/s of lock waits in "
-                f"bucket{'s' if len(hit) > 1 else ''} {names}")
-        if size is None:
-            return {**none, "effect": f"{head}; no size up to {MAX_SLOTS:,} puts those futexes in buckets "
-                                      "of their own: more buckets are not the fix"}
-        return {**none, "slots": size, "effect": f"{head}; at {size} buckets those futexes no longer share",
-                "c_line": f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {size}, 0);"}
-    if _ms_per_s(same["wait_ns"], rec) >= MEASURABLE_MS_PER_S:
-        return {**none, "effect": (f"the lock waits ({_ms_per_s(same['wait_ns'], rec):.2f} ms/s) are each on "
-                                   "one futex's own bucket: more buckets will not help")}
-    if total >= MEASURABLE_MS_PER_S:
-        return {**none, "effect": ("the lock waits could not be tied to a futex (not from the waiter's "
-                                   "futex call): no size to suggest")}
-    return {**none, "effect": (f"no measurable bucket-lock wait (under {MEASURABLE_MS_PER_S} ms/s): "
-                               f"the current size ({cur} buckets) costs nothing measurable")}
+        return {**out, "verdict": "collision" if size else "no_separating_size", "slots": size,
+                "buckets_hit": [b["bucket"] for b in hit]}
+    if rates["same_futex"] >= MEASURABLE_MS_PER_S:
+        return {**out, "verdict": "same_futex"}
+    if rates["total"] >= MEASURABLE_MS_PER_S:
+        return {**out, "verdict": "untied"}
+    return {**out, "verdict": "nothing_measurable"}
 
 
 def process_figures(rec: dict | None, pid: int | None, private: bool = True) -> dict:

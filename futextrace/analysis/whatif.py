@@ -12,7 +12,7 @@ Only private keys are placed (shared futexes always use the global hash).
 """
 from __future__ import annotations
 
-from futextrace.kernel.jhash import PAGE_SIZE, _u64_words, jhash2
+from futextrace.kernel.jhash import private_hash
 
 SIZES = [1 << s for s in range(4, 18)]      # 16 ... 131072, the sizes SET_SLOTS takes that matter
 HOT_SHARE = 0.01          # a hot futex: at least 1% of the process's listed private lookups
@@ -28,12 +28,6 @@ def futex_list(futexes: list[dict]) -> dict:
             "not_listed": len(rest), "not_listed_lookups": sum(f["lookups"] for f in rest)}
 
 
-def full_hash(uaddr: int) -> int:
-    """The 32-bit hash before the mask: the bucket for size S is full_hash & (S - 1)."""
-    offset = uaddr % PAGE_SIZE
-    return jhash2(_u64_words(uaddr - offset), offset)
-
-
 def _row(size: int, hashed: list[tuple[int, int]], hot: set[int], bucket_bytes: int | None) -> dict:
     buckets: dict[int, list[int]] = {}
     for i, (h, _) in enumerate(hashed):
@@ -46,35 +40,21 @@ def _row(size: int, hashed: list[tuple[int, int]], hot: set[int], bucket_bytes: 
             "memory_bytes": size * bucket_bytes if bucket_bytes else None}
 
 
-def table(listing: dict, bucket_bytes: int | None, partial_note: str | None = None) -> dict | None:
-    """The what-if table for one process's futex listing (futex_list's output)."""
+def table(listing: dict, bucket_bytes: int | None, beyond: dict | None = None) -> dict | None:
+    """The what-if table for one process's futex listing (futex_list's output);
+    `beyond`: what the listing misses (futexes_unlisted, lookups_missed,
+    unattributed), said in the table's notes (output/whatif_text.py)."""
     listed = listing.get("listed") or []
     if not listed:
         return None
-    hashed = [(full_hash(int(f["uaddr"], 16)), f["lookups"]) for f in listed]
+    hashed = [(private_hash(int(f["uaddr"], 16)), f["lookups"]) for f in listed]
     total = sum(n for _, n in hashed)
     hot = {i for i, (_, n) in enumerate(hashed) if n >= HOT_SHARE * total}
     rows = [_row(size, hashed, hot, bucket_bytes) for size in SIZES]
     smallest = next((r["buckets"] for r in rows if hot and not r["hot_sharing"]), None)
-    notes = []
-    if listing.get("not_listed"):
-        notes.append(f"top {len(listed)} futexes by lookups; {listing['not_listed']} futexes with "
-                     f"{listing['not_listed_lookups']} lookups not in the list")
-    if partial_note:
-        notes.append(partial_note)
+    beyond = {k: v for k, v in (beyond or {}).items() if v}
     return {"futexes": len(listed), "lookups": total, "hot": len(hot),
-            "hot_rule": f"a hot futex has at least {HOT_SHARE:.0%} of the listed lookups",
             "bucket_bytes": bucket_bytes, "rows": rows, "smallest_without_hot_sharing": smallest,
-            "partial": bool(notes), "notes": notes}
-
-
-def render(t: dict) -> list[str]:
-    out = [f"what-if sizing ({t['futexes']} futexes, {t['hot']} hot; {t['hot_rule']}; "
-           "collisions: futexes beyond one per bucket):",
-           f"    {'buckets':>8} {'used':>7} {'collisions':>10} {'busiest':>8} {'hot sharing':>11} {'memory':>10}"]
-    for r in t["rows"]:
-        mem = f"{r['memory_bytes'] / 1024:.0f} KiB" if r["memory_bytes"] else "?"
-        out.append(f"    {r['buckets']:>8} {r['buckets_used']:>7} {r['futexes_sharing']:>10} "
-                   f"{r['busiest_share']:>8.1%} {r['hot_sharing']:>11} {mem:>10}")
-    out += [f"    note: {n}" for n in t["notes"]]
-    return out
+            "partial": bool(listing.get("not_listed") or beyond),
+            "facts": {"not_listed": listing.get("not_listed"), "not_listed_lookups": listing.get("not_listed_lookups"),
+                      "beyond": beyond}}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from futextrace.bench.ramp import ramp_warning
-from futextrace.output.plots import _pyplot, plot_path, save_figure
+from futextrace.output.plots import pyplot, plot_path, save_figure
 from futextrace.output.plots_common import pow2_label
 
 COLORS = ("tab:blue", "tab:orange")
@@ -61,7 +61,7 @@ def _slots_axis(ax, values: list[int]) -> None:
 
 def plot_ramp(doc: dict, path: str) -> Path:
     out = plot_path(path)
-    plt = _pyplot()
+    plt = pyplot()
     fig, (top, threads, slots, atomic) = plt.subplots(
         4, 1, figsize=(10, 8.5), dpi=120, sharex=True, layout="constrained",
         gridspec_kw={"height_ratios": [3, 1, 1, 1]})

@@ -6,6 +6,7 @@ import click
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, KernelRefused
 from futextrace.loading import doctor as doc
+from futextrace.loading import preconditions
 from futextrace.output.jsonio import open_output, write_json
 
 
@@ -95,4 +96,4 @@ def command(json_path: str | None, btf_path: str | None):
     if not any(m["works"] for m in r["methods"]):
         raise KernelRefused("no attach method works on this kernel (see the reasons above)")
     if btf_path is None:
-        doc.require_private_hash(model)
+        preconditions.require_private_hash(model)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from futextrace.analysis.explain import explain, render
+from futextrace.output.explain_text import explained, render
 from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.commands.record import say_target_exited
@@ -48,7 +48,7 @@ def command(pids, duration, json_path, quiet, verbose, command):
     opts = RecordOptions(pids=list(pids), duration=duration, method="auto", exact_prctl=True,
                          command_stdout_to_stderr=json_path == "-")
     rec = record_command(list(command), opts) if command else record_pids(opts)
-    expl = explain(rec)
+    expl = explained(rec)
     if pids:   # only the asked-for processes, not the children they forked
         expl["processes"] = [p for p in expl["processes"] if p["pid"] in pids]
     if text_wanted(json_path, quiet):

@@ -10,7 +10,8 @@ from futextrace.errors import EXIT_CODES_HELP
 from futextrace.commands.options import SECONDS, json_option, text_wanted
 from futextrace.kernel import modelcache
 from futextrace.output.jsonio import open_output, write_json
-from futextrace.record import snapshot as S
+from futextrace.output.hashes_text import format_row, render
+from futextrace.record.hashes import read_hashes
 from futextrace.record.hashread import ITERATOR, header
 from futextrace.record.hashrows import sort_rows
 from futextrace.record.procevents import exit_text
@@ -46,11 +47,11 @@ def command(pids, duration, watch, interval, json_path):
     json_out = open_output(json_path) if json_path else None
     if watch:
         return watch_command(list(pids), duration, interval, json_out, json_path)
-    snap = S.snapshot(list(pids), duration or 1.0)
+    snap = read_hashes(list(pids), duration or 1.0)
     if json_out is not None:
         write_json(json_out, snap)
     if text_wanted(json_path):
-        click.echo(S.render(snap))
+        click.echo(render(snap))
     if snap.get("note") and text_wanted(json_path):
         click.echo(f"note: {snap['note']}; the watch ended early")
 
@@ -69,7 +70,7 @@ def watch_command(pids, duration, interval, json_out, json_path):
             tail = f"  exited ({exit_text(status)})" if status is not None else (
                 "  exited" if change == "gone" else "")
             mark = {"new": "+", "gone": "-", "changed": "~"}[change]
-            click.echo(f"{time.strftime('%H:%M:%S')} +{t:.2f}s {mark}{S.format_row(row)}{tail}")
+            click.echo(f"{time.strftime('%H:%M:%S')} +{t:.2f}s {mark}{format_row(row)}{tail}")
 
     old = {s: signal.signal(s, watcher.stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -78,7 +79,7 @@ def watch_command(pids, duration, interval, json_out, json_path):
                 "processes": sort_rows(list(first.values())), "note": None}
         line(snap)
         if to_text:
-            click.echo(S.render(snap))
+            click.echo(render(snap))
             click.echo("watching: + appeared, - exited, ~ changed (Ctrl-C stops)", nl=True)
         watcher.run(emit, duration, first)
     finally:

@@ -54,7 +54,7 @@ class LockWaitBook:
         self.raw = {k: v for k, v in self.raw.items() if k[0] not in tgids}
         self.futexes = {k: v for k, v in self.futexes.items() if k[0] not in tgids}
 
-    def families(self, labelled: set[int], comm_of) -> list:
+    def families(self, labelled: set[int], comm_label) -> list:
         waits = CounterMetricFamily(
             "futextrace_bucket_lock_waits", "Waits for a private futex hash bucket's lock (its "
             "spinlock slow path, lock:contention_begin/end), by cause: collision (two or more "
@@ -66,8 +66,8 @@ class LockWaitBook:
         for tgid in sorted(t for t in self.own if t in labelled):
             for c in CAUSES:
                 w, ns = self.own[tgid][c]
-                waits.add_metric([str(tgid), comm_of(tgid), c], w)
-                secs.add_metric([str(tgid), comm_of(tgid), c], ns / 1e9)
+                waits.add_metric([str(tgid), comm_label(tgid), c], w)
+                secs.add_metric([str(tgid), comm_label(tgid), c], ns / 1e9)
         for c in CAUSES:
             waits.add_metric(["", OTHER, c], self.other[c][0])
             secs.add_metric(["", OTHER, c], self.other[c][1] / 1e9)

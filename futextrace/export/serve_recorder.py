@@ -179,7 +179,7 @@ class ServeRecorder(BatchRecorder):
     def _comm(self, tgid: int) -> str:
         with self.history_lock:
             if tgid not in self.comms:
-                self.comms[tgid] = targets.comm_of(tgid)   # dropped again by forget()
+                self.comms[tgid] = targets.comm_label(tgid)   # dropped again by forget()
             return self.comms[tgid]
 
 

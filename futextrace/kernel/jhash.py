@@ -60,10 +60,16 @@ def _u64_words(v: int) -> list[int]:
     return list(struct.unpack("<II", struct.pack("<Q", v & 0xFFFFFFFFFFFFFFFF)))
 
 
+def private_hash(uaddr: int) -> int:
+    """The 32-bit hash of a private futex before the mask: its bucket in a
+    private hash of S buckets is private_hash & (S - 1)."""
+    offset = uaddr % PAGE_SIZE
+    return jhash2(_u64_words(uaddr - offset), offset)
+
+
 def private_bucket(uaddr: int, hash_mask: int) -> int:
     """Bucket of a private futex in a process's private hash."""
-    offset = uaddr % PAGE_SIZE
-    return jhash2(_u64_words(uaddr - offset), offset) & hash_mask
+    return private_hash(uaddr) & hash_mask
 
 
 def global_hash(mm: int, uaddr: int) -> int:

@@ -115,3 +115,16 @@ class Kallsyms:
 
     def names_matching(self, word: str) -> list[Symbol]:
         return [s for s in self.symbols if word in s.name]
+
+
+def futex_kallsyms(model) -> Kallsyms | None:
+    """The futex symbols with their addresses: from the model (kept per boot),
+    else read from /proc/kallsyms (a model from a file). None: addresses hidden."""
+    if model.futex_symbols:
+        return Kallsyms([Symbol(name, typ, addr or None, None, nxt or None)
+                         for name, (typ, addr, nxt) in model.futex_symbols.items()])
+    try:
+        ks = Kallsyms.from_file("/proc/kallsyms", containing="futex")
+    except OSError:
+        return None
+    return ks if ks.addresses_visible else None

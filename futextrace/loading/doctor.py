@@ -17,7 +17,7 @@ from futextrace.kernel import model as kmodel
 from futextrace.kernel import errnos, prctl
 from futextrace.errors import EnvironmentProblem, FutextraceError
 from futextrace.kernel.headers import bcc_environment, ensure_tracefs, find_header_tree
-from futextrace.loading import fentry, methods, tpbtf
+from futextrace.loading import fentry, methods, preconditions, tpbtf
 from futextrace.loading.iterator import TaskIterator
 from futextrace.loading.methods import KPROBE_PMU
 
@@ -73,21 +73,6 @@ def capabilities() -> dict:
     has = lambda bit: bool(caps >> bit & 1)  # noqa: E731
     return {"root": os.geteuid() == 0, "CAP_SYS_ADMIN": has(CAP_SYS_ADMIN),
             "CAP_BPF": has(CAP_BPF), "CAP_PERFMON": has(CAP_PERFMON)}
-
-
-def require_privileges(caps: dict | None = None) -> dict:
-    caps = caps or capabilities()
-    if not (caps["CAP_SYS_ADMIN"] or (caps["CAP_BPF"] and caps["CAP_PERFMON"])):
-        raise EnvironmentProblem("futextrace needs root (or CAP_BPF and CAP_PERFMON) to load "
-                                 "BPF programs: run it with sudo")
-    return caps
-
-
-def require_private_hash(model: kmodel.KernelModel) -> None:
-    if not model.private_hash:
-        raise EnvironmentProblem(
-            "this kernel has no private futex hash (needs Linux 6.17+ with "
-            "CONFIG_FUTEX_PRIVATE_HASH): run futextrace on a newer kernel")
 
 
 def _bpf_class():
@@ -225,7 +210,7 @@ def attach_hooks(model: kmodel.KernelModel, hooks: HookProgram) -> None:
         hooks.attach("tp_btf", lambda b: tpbtf.attach(b, "on_btf", tp_id))
     if fentry.static_refusal(model) is None:
         fh = model.func_btf_ids["futex_hash"]
-        hooks.attach("fentry", lambda b: fentry._load_attach(b, "on_fexit", fentry.BPF_TRACE_FEXIT, fh))
+        hooks.attach("fentry", lambda b: fentry.load_attach(b, "on_fexit", fentry.BPF_TRACE_FEXIT, fh))
 
 
 TRACEPOINT = "syscalls:sys_enter_futex"
@@ -320,7 +305,8 @@ def headers_status() -> dict:
 
 def run(btf_path: str | None = None) -> dict:
     """Everything `doctor` reports. Raises FutextraceError for the fatal cases."""
-    caps = require_privileges()
+    preconditions.require_root()   # the rule record and serve apply: doctor answers for them
+    caps = capabilities()
     model = kmodel.load(btf_path=btf_path, live=btf_path is None)
     with HookProgram() as hooks:     # fails first, in one line, where BPF cannot work at all
         statuses = probe_methods(model, hooks)

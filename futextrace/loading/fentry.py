@@ -23,7 +23,8 @@ from futextrace.errors import KernelRefused
 from futextrace.kernel import errnos
 from futextrace.kernel.runtimeconst import read_kernel
 from futextrace.loading.bpfsys import load_tracing
-from futextrace.loading.kprobes import _kallsyms, text_range
+from futextrace.kernel.kallsyms import futex_kallsyms
+from futextrace.loading.kprobes import text_range
 from futextrace.loading.tpbtf import attach_loaded
 
 BPF_TRACE_FENTRY = 24
@@ -103,7 +104,7 @@ def calls_into(model, caller: str, callee: str) -> bool | None:
     jcc with a 32-bit displacement; the 16 bytes of padding before a function
     count as its entry, for call thunks). None when the text cannot be read
     (no kallsyms addresses, no /proc/kcore)."""
-    ks = _kallsyms(model)
+    ks = futex_kallsyms(model)
     lo, hi = text_range(ks, caller)
     target, _ = text_range(ks, callee)
     if not lo or not target or hi - lo > 4096:
@@ -171,7 +172,7 @@ def attach(bcc, model) -> tuple[list[tuple[int, int]], list[str]]:
                     missing.append(func)
                 continue
             try:
-                links.append(_load_attach(bcc, fn, kind, model.func_btf_ids[func]))
+                links.append(load_attach(bcc, fn, kind, model.func_btf_ids[func]))
             except KernelRefused:
                 if needed:
                     raise
@@ -189,7 +190,7 @@ def attach(bcc, model) -> tuple[list[tuple[int, int]], list[str]]:
     return links, probes
 
 
-def _load_attach(bcc, fn: str, kind: int, btf_id: int) -> tuple[int, int]:
+def load_attach(bcc, fn: str, kind: int, btf_id: int) -> tuple[int, int]:
     try:
         insns = bcc.dump_func(fn.encode())
     except Exception as e:  # noqa: BLE001 - BCC raises bare Exceptions

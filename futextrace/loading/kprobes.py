@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel import runtimeconst
-from futextrace.kernel.kallsyms import Kallsyms, Symbol
+from futextrace.kernel.kallsyms import Kallsyms, futex_kallsyms
 
 PUT_PART = "futex_private_hash_put.part.0"   # GCC's split body (7.2+ and backports)
 
@@ -28,19 +28,6 @@ HB_PRIV_ONLY = {"kp_futex_hash_get", "kp_futex_hash_put"}   # 7.2+ removed both 
 
 # -D macro prefix -> the put function whose text range it names.
 PUT_RANGES = {"PUT_HB": "futex_hash_put", "PUT_FPH": "futex_private_hash_put", "PUT_PART": PUT_PART}
-
-
-def _kallsyms(model) -> Kallsyms | None:
-    """The futex symbols with their addresses: from the model (kept per boot),
-    else read from /proc/kallsyms (a model from a file). None: addresses hidden."""
-    if model.futex_symbols:
-        return Kallsyms([Symbol(name, typ, addr or None, None, nxt or None)
-                         for name, (typ, addr, nxt) in model.futex_symbols.items()])
-    try:
-        ks = Kallsyms.from_file("/proc/kallsyms", containing="futex")
-    except OSError:
-        return None
-    return ks if ks.addresses_visible else None
 
 
 def text_range(ks: Kallsyms | None, name: str) -> tuple[int, int]:
@@ -76,7 +63,7 @@ def cflags(model) -> list[str]:
         flags.append("-DHASH_RETURNS_REF")
     elif model.bucket_has_priv:
         flags += ["-DBUCKET_HAS_PRIV", f"-DOFF_HB_PRIV={model.offsets['futex_hash_bucket.priv']}"]
-    ks = _kallsyms(model)
+    ks = futex_kallsyms(model)
     flags += global_table_flags(ks)
     for macro, func in PUT_RANGES.items():
         lo, hi = text_range(ks, func)
@@ -98,7 +85,7 @@ def attach_kprobes(bpf, model, method: str, stamps: dict | None = None) -> list[
     import time
     stamps = {} if stamps is None else stamps
     attached, missing = [], []
-    ks = _kallsyms(model)
+    ks = futex_kallsyms(model)
     # The probe that counts lookups goes last: the window starts once the rest is in place.
     for func, fn, kind, needed in sorted(PROBES, key=lambda p: p[1] == "kr_futex_hash"):
         if fn in HB_PRIV_ONLY and not model.bucket_has_priv:

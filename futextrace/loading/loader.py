@@ -16,7 +16,7 @@ from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
 from futextrace.kernel.layout import bpf_dir, header_text
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
-from futextrace.loading import contention, fentry, kprobes, tpbtf
+from futextrace.loading import contention, fentry, kprobes, preconditions, tpbtf
 from futextrace.loading.bpfsys import prog_stats
 from futextrace.loading.contention import contention_macros
 from futextrace.loading.kprobes import attach_kprobes
@@ -206,8 +206,7 @@ def sys_enter_btf_id(model) -> int | None:
 def _check_can_load(method: str) -> None:
     if method not in METHODS:
         raise EnvironmentProblem(f"unknown method {method!r}: use one of {', '.join(METHODS)}")
-    if os.geteuid() != 0:
-        raise EnvironmentProblem("futextrace needs root (CAP_BPF and CAP_PERFMON): run it with sudo")
+    preconditions.require_root()
 
 
 def _compile(BPF, method: str, cflags: list[str]):

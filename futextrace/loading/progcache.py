@@ -96,7 +96,7 @@ def map_references(insns: bytes, fd_names: dict[int, str]) -> list[list] | None:
     return refs
 
 
-def snapshot(bpf) -> dict | None:
+def cache_entry(bpf) -> dict | None:
     """The compiled module as a cache entry, or None when it cannot be replayed."""
     lib = _lib()
     described = tables(bpf.module)
@@ -226,7 +226,7 @@ def compile_program(BPF, text: str, cflags: list[str], header: str):
         b.cleanup()
         status = "stale"
     b = BPF(text=text.encode(), cflags=cflags)
-    fresh = snapshot(b)
+    fresh = cache_entry(b)
     if fresh is not None:
         write_entry(path, fresh)
     b.compile_cache = status

@@ -12,7 +12,7 @@ SCALE = 1e6   # ops/sec shown in millions
 REFERENCE_STYLES = {"auto": ("tab:green", "--"), "global": ("tab:red", ":")}
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
     matplotlib.use("Agg")   # headless hosts and CI: never try a GUI backend
     import matplotlib.pyplot as plt
@@ -36,7 +36,7 @@ def save_figure(fig, out: Path, **savefig_args) -> Path:
         raise FileProblem(f"cannot write {out}: {e.strerror}") from None
     finally:
         fig.clf()
-        _pyplot().close(fig)
+        pyplot().close(fig)
     return out
 
 
@@ -44,7 +44,7 @@ def plot_sweep(sweep: dict, path: str, title: str | None = None) -> Path:
     """ops/sec against bucket count (log2 x), error bars from the per-thread spread;
     the automatic size and the global hash as horizontal reference lines."""
     out = plot_path(path)
-    plt = _pyplot()
+    plt = pyplot()
     points = sweep["points"]
     num = [p for p in points if p["requested"] > 0]
     fig, ax = plt.subplots(figsize=(9, 5.8), dpi=120)

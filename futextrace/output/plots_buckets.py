@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.analysis.whatif import HOT_SHARE, full_hash
+from futextrace.analysis.whatif import HOT_SHARE
+from futextrace.kernel.jhash import private_hash
 from futextrace.output import plots_lockwaits
 from futextrace.output.estimates import approx
-from futextrace.output.plots import _pyplot
+from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import (MAX_PANELS, add_footnote, fold_threshold, footnote_text,
                                             pid_names, save, who)
 
@@ -18,7 +19,7 @@ LOG_SPAN = 100           # log y once the busiest used bucket has over 100x the 
 OTHER = "0.72"           # grey: every other lookup
 
 
-def _bucket_index(key: str, per_node: int) -> int:
+def bucket_index(key: str, per_node: int) -> int:
     """`"bucket"` (private) or `"node:bucket"` (global) as one x position."""
     node, _, bucket = key.rpartition(":")
     return (int(node) * per_node if node else 0) + int(bucket)
@@ -41,11 +42,11 @@ def _members(rec: dict, proc: dict, h: dict, futexes: dict[int, int]) -> dict[in
     is computed (it depends on the address alone); a global one's is known only
     for the hottest buckets, whose addresses the recording lists."""
     per_node = _per_node(rec, h)
-    used = {_bucket_index(k, per_node) for k in h.get("bucket_counts", {})}
+    used = {bucket_index(k, per_node) for k in h.get("bucket_counts", {})}
     out: dict[int, list[int]] = {}
     if h["kind"] == "private":
         for addr in futexes:
-            b = full_hash(addr) & (h["buckets"] - 1)
+            b = private_hash(addr) & (h["buckets"] - 1)
             if b in used:
                 out.setdefault(b, []).append(addr)
         return out
@@ -63,7 +64,7 @@ def stacks(rec: dict, proc: dict, h: dict) -> tuple[dict[int, int], dict[int, di
     per_node = _per_node(rec, h)
     counts: dict[int, int] = {}
     for k, v in h.get("bucket_counts", {}).items():   # summed: a key may come in two spellings
-        x = _bucket_index(k, per_node)
+        x = bucket_index(k, per_node)
         counts[x] = counts.get(x, 0) + v
     futexes = _futex_lookups(proc)
     split, estimated = {}, False
@@ -205,7 +206,7 @@ def plot_buckets(rec: dict, path: Path) -> Path:
 def figure_buckets(rec: dict):
     """One panel per busy hash (see the module's docstring); hashes with few lookups
     are named in a footnote."""
-    plt = _pyplot()
+    plt = pyplot()
     names = pid_names(rec)
     drawn, folded = _panels(rec, names)
     n = max(1, len(drawn))

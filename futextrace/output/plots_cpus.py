@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots import _pyplot
+from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import save
 
 GROUP_BY_NODE = 32      # more CPUs than this: gaps and labels between nodes
@@ -44,7 +44,7 @@ def plot_cpus(rec: dict, path: Path) -> Path:
 
 
 def figure_cpus(rec: dict):
-    plt = _pyplot()
+    plt = pyplot()
     rows = sorted(rec.get("per_cpu") or [], key=lambda r: (r.get("node") or 0, r["cpu"]))
     fig, ax = plt.subplots(figsize=(10 if len(rows) > 16 else 7, 4.6), dpi=110, layout="constrained")
     ax.set_title("Futex hash lookups per CPU", fontweight="bold")

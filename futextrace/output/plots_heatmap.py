@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots import _pyplot
-from futextrace.output.plots_buckets import _bucket_index
+from futextrace.output.plots import pyplot
+from futextrace.output.plots_buckets import bucket_index
 from futextrace.output.plots_common import pid_names, save, who
 
 
@@ -41,7 +41,7 @@ def _matrix(intervals: list[dict], pid: int) -> tuple[list[float], list[list[flo
         col: dict[int, int] = {}
         for k, n in ((p or {}).get("bucket_counts") or {}).items():   # summed: "0" and "0:0" alike
             # per second: a slow poll stretches an interval, and columns must compare
-            col[_bucket_index(k, per_node)] = col.get(_bucket_index(k, per_node), 0) + n / span
+            col[bucket_index(k, per_node)] = col.get(bucket_index(k, per_node), 0) + n / span
         cols.append(col)
     rows = max([max(c, default=-1) + 1 for c in cols]
                + [_hash_size(p.get("hash")) for iv in intervals for p in iv.get("processes") or []
@@ -56,7 +56,7 @@ def plot_heatmap(rec: dict, path: Path) -> Path:
 
 def figure_heatmap(rec: dict):
     from matplotlib.colors import LogNorm
-    plt = _pyplot()
+    plt = pyplot()
     intervals = rec.get("intervals") or []
     pid = _busiest(intervals)
     fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110, layout="constrained")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots import _pyplot
+from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import (MAX_PANELS, add_footnote, footnote_text, pid_names, save,
                                             who)
 
@@ -27,7 +27,7 @@ def plot_rates(rec: dict, path: Path) -> Path:
 
 
 def figure_rates(rec: dict):
-    plt = _pyplot()
+    plt = pyplot()
     names = pid_names(rec)
     series = _series(rec)
     fig, ax = plt.subplots(figsize=(10, 4.6), dpi=110, layout="constrained")

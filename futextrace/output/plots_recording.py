@@ -10,11 +10,10 @@ from futextrace.output.plots_buckets import plot_buckets
 from futextrace.output.plots_cpus import plot_cpus
 from futextrace.output.plots_heatmap import plot_heatmap
 from futextrace.output.plots_rates import plot_rates
-from futextrace.output.plots_resizes import _place_labels, plot_resizes
+from futextrace.output.plots_resizes import plot_resizes
 from futextrace.output.plots_whatif import plot_whatif
 
-__all__ = ["plot_buckets", "plot_cpus", "plot_heatmap", "plot_rates", "plot_resizes", "plot_whatif", "plot_recording",
-           "_place_labels"]
+__all__ = ["plot_buckets", "plot_cpus", "plot_heatmap", "plot_rates", "plot_resizes", "plot_whatif", "plot_recording"]
 
 # file name → (function, caption for the HTML report)
 PICTURES = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.transforms import offset_copy
 
-from futextrace.output.plots import _pyplot
+from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import (add_footnote, footnote_text, pid_names, pow2_label, save,
                                             who)
 
@@ -20,7 +20,7 @@ MAX_LABELS = 12        # more resizes than this: no trigger labels (the markers 
 MARK_OFFSET_PT = 7     # request markers this far above the line, pivots this far below
 
 
-def _place_labels(ax, labels: list[tuple]) -> None:
+def place_labels(ax, labels: list[tuple]) -> None:
     """Trigger labels next to their markers, each moved up until it overlaps no
     label placed before (a prctl and the clone right after it share a point)."""
     ax.figure.canvas.draw()     # final limits and scales: data → pixels is exact
@@ -137,7 +137,7 @@ def _unchanged_groups(lines: dict, pids: list[int], names: dict) -> list[tuple[i
 
 
 def figure_resizes(rec: dict):
-    plt = _pyplot()
+    plt = pyplot()
     names = pid_names(rec)
     lookups = {p["pid"]: p.get("lookups", 0) for p in rec.get("processes") or []}
     lines = _lines(rec)
@@ -175,7 +175,7 @@ def figure_resizes(rec: dict):
         _pow2_axis(ax, [y for pid in drawn + steady for y in lines[pid][1]]
                    + [r.get("requested") or 0 for pid in drawn for r in lines[pid][2]])
         if n_resizes <= MAX_LABELS:
-            _place_labels(ax, labels)
+            place_labels(ax, labels)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
     ax.set_xlabel("time since recording started (s)")
     ax.set_ylabel("private hash buckets")

@@ -8,8 +8,9 @@ import textwrap
 from pathlib import Path
 
 from futextrace.analysis import whatif
-from futextrace.output.plots import _pyplot
+from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import FOOTNOTE_CHARS, pid_names, pow2_label, save, who
+from futextrace.output.whatif_text import worded_table
 
 
 def _subject(rec: dict) -> tuple[dict, dict, int] | None:
@@ -17,7 +18,7 @@ def _subject(rec: dict) -> tuple[dict, dict, int] | None:
     busiest process that has a per-futex list."""
     bucket_bytes = (rec.get("kernel") or {}).get("futex_hash_bucket_size")
     for p in rec.get("processes") or []:
-        table = whatif.table(p.get("futex_list") or {}, bucket_bytes)
+        table = worded_table(whatif.table(p.get("futex_list") or {}, bucket_bytes))
         if table:
             private = [h for h in p.get("hashes") or [] if h.get("kind") == "private"]
             current = max(private, key=lambda h: h.get("lookups", 0))["buckets"] if private else 0
@@ -31,7 +32,7 @@ def plot_whatif(rec: dict, path: Path) -> Path:
 
 def figure_whatif(rec: dict):
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
-    plt = _pyplot()
+    plt = pyplot()
     fig, (shared, busiest) = plt.subplots(2, 1, figsize=(10, 6), dpi=110, sharex=True, layout="constrained")
     subject = _subject(rec)
     if subject is None:

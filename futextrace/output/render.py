@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import re
 
-from futextrace.analysis.atomic import atomic_text, installed_text, resize_cost
+from futextrace.analysis.atomic import resize_cost
+from futextrace.analysis.explain import MIN_HIST_LOOKUPS
+from futextrace.output.atomic_text import atomic_text, installed_text
 from futextrace.kernel.errnos import errno_name
 from futextrace.output.estimates import approx
 from futextrace.output.words import blind_spot_lines, count_noun
@@ -31,11 +33,6 @@ def _strip_leading_zero(rows: list[dict]) -> list[dict]:
     powers = [r for r in rows if r["high"] > 0]
     first = next((i for i, r in enumerate(powers) if r["count"]), len(powers))
     return zero + powers[first:]
-
-
-# Figures that mean nothing for a handful of lookups: max/mean and CV need at
-# least one lookup per bucket on average, histograms a few dozen values.
-MIN_HIST_LOOKUPS = 32
 
 
 def _stats_meaningful(h: dict) -> bool:

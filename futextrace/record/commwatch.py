@@ -21,16 +21,9 @@ import select
 import threading
 
 from futextrace.record import procevents
+from futextrace.record.targets import comm_of
 
 COMM_LEN = 15   # TASK_COMM_LEN - 1: the kernel keeps that many bytes of a name
-
-
-def comm_of(tgid: int) -> str | None:
-    try:
-        with open(f"/proc/{tgid}/comm") as f:
-            return f.read().rstrip("\n")
-    except OSError:
-        return None
 
 
 def scan(names: set[str]) -> set[int]:

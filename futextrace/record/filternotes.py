@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from futextrace.record import commwatch
+from futextrace.record import commwatch, targets
 
 
 def _cgroup_empty(path: str) -> bool:
@@ -24,7 +24,7 @@ def waiting_notes(opts, watch: commwatch.CommWatch | None) -> list[str]:
     notes = []
     names = ", ".join(opts.comms)
     if opts.comms and opts.pids:
-        pid_names = {commwatch.comm_of(p) for p in opts.pids}
+        pid_names = {targets.comm_of(p) for p in opts.pids}
         if not pid_names & {c[:commwatch.COMM_LEN] for c in opts.comms}:
             notes.append(f"none of the -p processes is named {names} (they are named "
                          f"{', '.join(sorted(n for n in pid_names if n))}): nothing is traced unless one "

@@ -2,9 +2,8 @@
 task iterator (loading/iterator.py) and the header of what was read."""
 from __future__ import annotations
 
-import os
-
-from futextrace.errors import EnvironmentProblem, FutextraceError
+from futextrace.errors import FutextraceError
+from futextrace.loading import preconditions
 from futextrace.loading.iterator import TaskIterator
 from futextrace.record import targets
 
@@ -13,11 +12,8 @@ WATCH = "watch"
 
 
 def check_ready(model, pids: list[int]) -> None:
-    if os.geteuid() != 0:
-        raise EnvironmentProblem("futextrace needs root (CAP_BPF and CAP_PERFMON): run it with sudo")
-    if not model.private_hash:
-        raise EnvironmentProblem("this kernel has no futex private hash (CONFIG_FUTEX_PRIVATE_HASH, "
-                                 "Linux 6.17+): nothing for futextrace to show")
+    preconditions.require_root()
+    preconditions.require_private_hash(model)
     for pid in pids:
         targets.check_pid(pid)
 

@@ -58,7 +58,7 @@ def iterator_rows(records: dict[int, dict], pids: list[int]) -> list[dict]:
         else:   # validated before reading: it exited since, or the walk skipped it
             text = ("not visited by the kernel's task iterator (seen for PID 1 on 6.18)"
                     if targets.alive(pid) else "exited")
-            rows.append({"pid": pid, "comm": targets.comm_of(pid), "threads": None, "seen": False,
+            rows.append({"pid": pid, "comm": targets.comm_label(pid), "threads": None, "seen": False,
                          "buckets": None, "kind": None, "mode": None, "refcount": None,
                          "pending": None, "text": text})
     return sort_rows(rows)

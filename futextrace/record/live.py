@@ -1,9 +1,9 @@
 """The live view of `record -i`: per-interval rates per process, like top.
 
 Each interval the recorder hands over the cumulative per-futex counts (the
-map plus the per-CPU cache, merged); this module turns two such snapshots into
+map plus the per-CPU cache, merged); this module turns two such readings into
 per-process rates for the interval and renders them. Pure Python on plain
-data, unit-tested on recorded snapshots.
+data, unit-tested on recorded counts.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
 
 
-def snapshot(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
+def futex_counts(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
     """(tgid, kind, uaddr, hash_mask) -> (cumulative lookups, bucket)."""
     out = {}
     for f in merge_futexes(futexes):
@@ -29,7 +29,7 @@ def snapshot(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
     return out
 
 
-def bucket_snapshot(buckets: list[dict]) -> dict[tuple, tuple[int, tuple]]:
+def bucket_counts(buckets: list[dict]) -> dict[tuple, tuple[int, tuple]]:
     """The same shape from the exact per-bucket counts (exact.bucket_entries): keyed
     by (tgid, kind, (node, bucket), hash_mask), so processes() reads it alike."""
     out: dict[tuple, tuple[int, tuple]] = {}
@@ -41,7 +41,7 @@ def bucket_snapshot(buckets: list[dict]) -> dict[tuple, tuple[int, tuple]]:
 
 
 def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -> list[dict]:
-    """Per process, what happened between two snapshots: lookups and their rate,
+    """Per process, what happened between two readings: lookups and their rate,
     the hash that took most of them, how many of its futexes and buckets were
     touched, and max/mean over the touched buckets."""
     per: dict[int, dict] = {}
@@ -155,16 +155,16 @@ class IntervalReporter:
         self.out, self.jsonl, self.timestamps = out, jsonl, timestamps
         self.rows: list[dict] = []
         self._totals: dict[str, int] = {}
-        self._snapshot: dict = {}
-        self._bucket_snapshot: dict = {}
+        self._futex_counts: dict = {}
+        self._bucket_counts: dict = {}
         self._elapsed = 0.0
         self._missed = 0
 
     def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
-            missed_runs: int, comm_of, comms: dict[int, str],
+            missed_runs: int, comm_label, comms: dict[int, str],
             buckets: list[dict] | None = None, events: list[dict] | None = None,
             infer_prctl: bool = False, at_attach: dict | None = None) -> dict:
-        """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_of).
+        """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_label).
         With `buckets` (the exact counts), each process's lookups, hash and buckets
         come from them, and only its futex count from the bounded per-futex list;
         with `events`, each process's installed and pending hash and the
@@ -181,18 +181,18 @@ class IntervalReporter:
                "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
                "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
                "lost_events": delta["LOST_EVENTS"], "missed_runs": missed, "resizes": 0}
-        snap = snapshot(futexes)
-        for pid in ({k[0] for k in snap} | {b["tgid"] for b in buckets or []}) - set(comms):
-            comms[pid] = comm_of(pid)
-        row["processes"] = processes(self._snapshot, snap, span, comms)
-        self._snapshot = snap
+        counts = futex_counts(futexes)
+        for pid in ({k[0] for k in counts} | {b["tgid"] for b in buckets or []}) - set(comms):
+            comms[pid] = comm_label(pid)
+        row["processes"] = processes(self._futex_counts, counts, span, comms)
+        self._futex_counts = counts
         if buckets is not None:
-            bsnap = bucket_snapshot(buckets)
+            bcounts = bucket_counts(buckets)
             listed = {r["pid"]: r["futexes"] for r in row["processes"]}
-            row["processes"] = processes(self._bucket_snapshot, bsnap, span, comms)
+            row["processes"] = processes(self._bucket_counts, bcounts, span, comms)
             for r in row["processes"]:
                 r["futexes"] = listed.get(r["pid"], 0)
-            self._bucket_snapshot = bsnap
+            self._bucket_counts = bcounts
         if events is not None:
             tl = {**build_timeline(events, {}, infer_prctl=infer_prctl, at_attach=at_attach),
                   "duration_s": elapsed}

@@ -29,6 +29,6 @@ def contention_section(raw: dict, duration_s: float, comms: dict[int, str]) -> d
     rows = raw.get("lock_waits", [])
     names = dict(comms)
     for tgid in {r["tgid"] for r in rows} - set(names):
-        names[tgid] = targets.comm_of(tgid)
+        names[tgid] = targets.comm_label(tgid)
     return section(rows, raw.get("lock_counters", {}), duration_s,
                    raw.get("contention_status", "not recorded"), names)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from futextrace.errors import EnvironmentProblem, FileProblem, KernelRefused, UsageError
 from futextrace.kernel import modelcache
 from futextrace.kernel.layout import EVENT
+from futextrace.loading import preconditions
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED, Filters, Program
 from futextrace.loading.maps import MapReader
 from futextrace.loading.methods import candidates
@@ -69,9 +70,7 @@ class Recorder:
         self.model, self.model_cached = (model, False) if model else modelcache.load_running()
         self.timings["model"] = round(time.monotonic() - t0, 3)
         self._setup_t0 = t0
-        if not self.model.private_hash:
-            raise EnvironmentProblem("this kernel has no futex private hash (CONFIG_FUTEX_PRIVATE_HASH, "
-                                     "Linux 6.17+): nothing for futextrace to show")
+        preconditions.require_private_hash(self.model)
         # The methods to try in turn (auto: fentry, kprobe, tracepoint, those usable).
         self._candidates = candidates(self.model, opts.method)
         self.method, self.why = self._candidates[0]
@@ -270,7 +269,7 @@ class Recorder:
         b = time.monotonic_ns()
         elapsed = ((a + b) // 2 - self.t0_ns) / 1e9
         row = self.live.row(elapsed, futexes, counters, missed,
-                            targets.comm_of, self.comms, buckets, events=self.events,
+                            targets.comm_label, self.comms, buckets, events=self.events,
                             infer_prctl=self._method_facts()["prctl_results"] == "inferred",
                             at_attach=self.attach_state)
         row["read_s"] = round((b - a) / 1e9, 6)
@@ -321,7 +320,7 @@ class Recorder:
             raw["buckets"] = [b for b in raw["buckets"] if KIND_NAMES.get(b["kind"]) in keep]
         kernel, method = self._kernel_facts(), self._method_facts()
         for pid in {e["tgid"] for e in self.events} | set(self.opts.pids):
-            self.comms.setdefault(pid, targets.comm_of(pid))
+            self.comms.setdefault(pid, targets.comm_label(pid))
         raw["hash_at_attach"] = self.attach_state
         rec = build_recording(raw, kernel, method, duration, self.started_at, self.comms)
         rec["contention"] = contention_section(raw, duration, self.comms)

@@ -25,12 +25,19 @@ def alive(pid: int) -> bool:
         return False
 
 
-def comm_of(pid: int) -> str:
+def comm_of(pid: int) -> str | None:
+    """The process's name, exactly as the kernel keeps it (a name may end in a
+    space, and --comm compares whole names); None: the process is gone."""
     try:
         with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
+            return f.read().rstrip("\n")
     except OSError:
-        return ""
+        return None
+
+
+def comm_label(pid: int) -> str:
+    """comm_of as a recording's or a metric's `comm`: "" for a process gone."""
+    return comm_of(pid) or ""
 
 
 def check_pid(pid: int) -> None:
@@ -38,7 +45,7 @@ def check_pid(pid: int) -> None:
         raise TargetError(f"no process with PID {pid}: check the PID with `ps -p {pid}`")
     flags = int(_stat_fields(pid)[6])
     if flags & PF_KTHREAD:
-        raise TargetError(f"PID {pid} ({comm_of(pid)}) is a kernel thread: it has no futex hash; "
+        raise TargetError(f"PID {pid} ({comm_label(pid)}) is a kernel thread: it has no futex hash; "
                           "give the PID of a user process")
     try:
         status = open(f"/proc/{pid}/status").read()

@@ -192,7 +192,7 @@ def test_launched_set_slots_then_clone_is_told_once():
 
 
 def test_falls_back_and_says_so_where_iterators_are_refused(procs):
-    from futextrace.analysis import explain as E
+    from futextrace.output import explain_text as T
     from futextrace.kernel import modelcache
     from futextrace.record.recorder import RecordOptions, record_pids
     model = modelcache.load_running()[0]    # a copy of this boot's model (slow to build under TCG)
@@ -202,5 +202,5 @@ def test_falls_back_and_says_so_where_iterators_are_refused(procs):
     att = rec["hash_at_attach"]
     assert (att["source"], att["processes"], att["complete"]) == ("unavailable", {}, False)
     assert "no bpf_iter_task" in att["note"]
-    text = E.render(E.explain(rec))
+    text = T.render(T.explained(rec))
     assert "hash at attach: not read: " in text and f"PID {p.pid}" in text

@@ -132,11 +132,12 @@ def test_record_notices_the_target_exit_with_its_status():
 
 def test_snapshot_falls_back_to_watching_where_iterators_are_refused(procs):
     from futextrace.kernel import model as kmodel
-    from futextrace.record import snapshot as S
+    from futextrace.output.hashes_text import render
+    from futextrace.record.hashes import read_hashes
     model = kmodel.load()
     model.iter_btf_ids = {}       # as on a kernel whose BTF has no bpf_iter_task
-    snap = S.snapshot([procs["custom"].pid], duration=0.5, model=model)
+    snap = read_hashes([procs["custom"].pid], duration=0.5, model=model)
     assert snap["method"] == "watch"
     assert "task iterator is unavailable (no bpf_iter_task" in snap["why"]
     assert [r["pid"] for r in snap["processes"]] == [procs["custom"].pid]
-    assert "watched futex calls" in S.render(snap)
+    assert "watched futex calls" in render(snap)

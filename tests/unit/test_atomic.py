@@ -1,7 +1,8 @@
 """futextrace/analysis/atomic.py on hand-written recordings: expected values
 are worked out here from the timestamps written below."""
-from futextrace.analysis.atomic import atomic_text, installed_at, installed_text, process_cost
-from futextrace.analysis.explain import explain, render
+from futextrace.analysis.atomic import installed_at, process_cost
+from futextrace.output.atomic_text import atomic_text, installed_text
+from futextrace.output.explain_text import explained, render
 from futextrace.bench.ramp import atomic_share, series
 
 PID = 42
@@ -72,7 +73,7 @@ def test_installed_at_a_moment():
 
 def test_explain_quotes_the_avoided_atomic_time():
     rec = _rec([_resize(0.1, 0, 16, 0.1), _resize(0.5, 16, 32, 0.585)])
-    text = render(explain(rec))
+    text = render(explained(rec))
     assert "would have avoided 85.00 ms of atomic refcounting (250 lookups)" in text
     assert "hash: 32 buckets (installed)" in text
 

@@ -1,8 +1,10 @@
-"""analysis/contention.py on hand-made lock_waits rows (no BPF, no root).
-Buckets and sizes are checked with the tests' own jhash2 (tests/host/fidelity_ref.py)."""
+"""analysis/contention.py, and its advice in words (output/explain_advice.py), on
+hand-made lock_waits rows (no BPF, no root). Buckets and sizes are checked with
+the tests' own jhash2 (tests/host/fidelity_ref.py)."""
 from __future__ import annotations
 
 from futextrace.analysis import contention as C
+from futextrace.output.explain_advice import advice_words
 from tests.host.fidelity_ref import private_bucket
 
 BASE = 0x7E0000000000
@@ -39,7 +41,7 @@ def test_collision_advice_names_the_separating_size():
     a, b = _pair(True)
     bk = private_bucket(a, 15)
     r = rec_of([row(1, bk, a, 1000, 40_000_000), row(1, bk, b, 1000, 40_000_000)])
-    adv = C.advice(1, r, 16)
+    adv = advice_words(C.advice(1, r, 16))
     size = adv["slots"]
     assert private_bucket(a, size - 1) != private_bucket(b, size - 1)
     assert all(private_bucket(a, s - 1) == private_bucket(b, s - 1)
@@ -50,15 +52,15 @@ def test_collision_advice_names_the_separating_size():
 
 def test_one_futex_says_more_buckets_will_not_help():
     a, _ = _pair(True)
-    adv = C.advice(1, rec_of([row(1, private_bucket(a, 15), a, 500, 5_000_000)]), 16)
+    adv = advice_words(C.advice(1, rec_of([row(1, private_bucket(a, 15), a, 500, 5_000_000)]), 16))
     assert adv["slots"] is None and "more buckets will not help" in adv["effect"]
 
 
 def test_nothing_measurable():
     a, _ = _pair(True)
-    adv = C.advice(1, rec_of([row(1, 2, a, 3, 30_000)]), 16)     # 0.015 ms/s
+    adv = advice_words(C.advice(1, rec_of([row(1, 2, a, 3, 30_000)]), 16))     # 0.015 ms/s
     assert adv["slots"] is None and "costs nothing measurable" in adv["effect"]
-    assert "costs nothing measurable" in C.advice(2, rec_of([]), 64)["effect"]
+    assert "costs nothing measurable" in advice_words(C.advice(2, rec_of([]), 64))["effect"]
 
 
 def test_no_size_when_futexes_never_part_below_the_limit():

@@ -1,4 +1,4 @@
-"""explain.py and snapshot.py on recorded and hand-made timelines (no BPF, no root)."""
+"""explain and snapshot (record/hashrows.py, record/hashwatch.py) on recorded and hand-made timelines (no BPF, no root)."""
 import functools
 import json
 import sys
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from futextrace.analysis import explain as E
-from futextrace.record import hashrows, snapshot_fallback
+from futextrace.output import explain_text as T
+from futextrace.record import hashrows, hashwatch
 from futextrace.analysis.timeline import build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -53,17 +54,17 @@ def prctl(t, n, result, old, new_, pid=100):
 
 
 def steps(r, pid=100):
-    return next(p for p in E.explain(r)["processes"] if p["pid"] == pid)
+    return next(p for p in T.explained(r)["processes"] if p["pid"] == pid)
 
 
 def test_formula_text_matches_the_issue_example():
     f = E.auto_buckets(33, 8, 4096)
-    assert E.formula_text(f) == ("min(33 threads, 8 online CPUs) = 8 → 4 × 8 = 32 → roundup_pow_of_two = 32"
+    assert T.formula_text(f) == ("min(33 threads, 8 online CPUs) = 8 → 4 × 8 = 32 → roundup_pow_of_two = 32"
                                  " → clamp(16, global size 4096) = 32 buckets")
 
 
 def test_recorded_auto_resize():
-    p = E.explain(load("recording-tp-auto.json"))["processes"][0]
+    p = T.explained(load("recording-tp-auto.json"))["processes"][0]
     first, second = p["steps"]
     assert first["kind"] == "resize" and first["buckets_before"] == 0 and first["buckets_after"] == 16
     assert "with 1 thread → min(1 threads, 2 online CPUs) = 1" in first["text"]
@@ -74,7 +75,7 @@ def test_recorded_auto_resize():
 
 
 def test_recorded_custom_size_stops_auto_resizes():
-    p = E.explain(load("recording-tp-64.json"))["processes"][0]
+    p = T.explained(load("recording-tp-64.json"))["processes"][0]
     assert p["steps"][0]["reason"] == "custom_set" and p["steps"][0]["buckets_after"] == 64
     pending = next(r["pending_s"] for r in load("recording-tp-64.json")["resizes"] if r["trigger"] == "prctl")
     assert f"prctl waited {pending * 1000:.2f} ms before the pivot" in p["steps"][0]["text"]
@@ -129,7 +130,7 @@ def test_clone_flags_follow_the_learned_rule(rule, flags, reason):
     s = steps(r)["steps"][1]
     assert s["reason"] == reason
     if reason == "flags_do_not_trigger":
-        assert E.RULES[rule] in s["text"]
+        assert T.RULES[rule] in s["text"]
 
 
 def test_resize_the_rule_did_not_predict_is_reported():
@@ -149,7 +150,7 @@ def test_first_seen_before_any_resize():
 
 
 def test_recording_without_futex_list_suggests_nothing():
-    rcm = E.explain(load("recording-tp-auto.json"))["processes"][0]["recommendation"]
+    rcm = T.explained(load("recording-tp-auto.json"))["processes"][0]["recommendation"]
     measured = load("recording-tp-auto.json")["processes"][0]["hashes"][0]["distinct_futexes"]  # 128 + libc's
     assert rcm["distinct_futexes"] == measured and rcm["slots"] is None and rcm["c_line"] is None
     # No bucket-lock measurement in this (older) recording: no size from the lookup spread alone.
@@ -162,7 +163,7 @@ def test_no_recommendation_after_global_chosen():
     rcm = steps(r)["recommendation"]
     assert rcm["c_line"] is None and rcm["slots"] is None and "-EBUSY" in rcm["effect"]
     assert "a private hash is no longer possible" in rcm["effect"]
-    assert "none possible" not in E.render(E.explain(r))
+    assert "none possible" not in T.render(T.explained(r))
 
 
 def test_expected_collisions():
@@ -171,7 +172,7 @@ def test_expected_collisions():
 
 
 def test_render_has_every_step():
-    text = E.render(E.explain(load("recording-tp-64.json")))
+    text = T.render(T.explained(load("recording-tp-64.json")))
     assert "2 online CPUs, global hash 512" in text and "SET_SLOTS, 64)" in text
     assert "recommendation: measured: 19 distinct futexes in 64 buckets" in text
 
@@ -191,7 +192,7 @@ def test_snapshot_describe():
     d = hashrows.describe({"buckets": 0, "custom": True})
     assert (d["kind"], d["mode"]) == ("global", "custom") and "for good" in d["text"]
     states = [{"t": 2, "pid": 1, "buckets": 32}, {"t": 1, "pid": 1, "buckets": 16}]
-    assert snapshot_fallback.latest_states({"hash_states": states})[1]["buckets"] == 32
+    assert hashwatch.latest_states({"hash_states": states})[1]["buckets"] == 32
 
 
 def test_kprobe_allocation_is_paired_with_the_clone_that_follows():

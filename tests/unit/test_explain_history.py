@@ -1,9 +1,10 @@
 """What a hash read at attach says about the history before the recording
-(analysis/history.py), and grouping of repeated explain lines. No BPF, no root.
+(analysis/history.py, output/history_text.py), and grouping of repeated explain lines. No BPF, no root.
 Thread counts below are worked out by hand from the kernel's formula
 max(16, min(roundup_pow_of_two(4 × min(threads, CPUs)), global size))."""
 from futextrace.analysis import explain as E
-from futextrace.analysis.history import at_attach_text
+from futextrace.output import explain_text as T
+from futextrace.output.history_text import at_attach_text
 
 K8 = {"online_cpus": 8, "global_size": 512}
 
@@ -50,7 +51,7 @@ def test_runs_of_same_outcome_are_one_line():
     steps = ([{"t": 0.0, "kind": "at_attach", "reason": "at_attach", "buckets_before": None, "text": "a"}]
              + [_no_resize(1.0 + i / 100, 3 + i) for i in range(64)]
              + [_no_resize(2.0, 67, reason="big_enough")])
-    lines = E.group_steps(steps)
+    lines = T.lines_text(steps, E.group_steps(steps))
     assert [line["count"] for line in lines] == [1, 64, 1]
     assert lines[1]["text"].startswith("64 × thread created from +1.000 s to +1.630 s with 3–66 threads")
     assert lines[1]["first"] == 1 and lines[2]["text"] == "one 2.0"
@@ -59,8 +60,8 @@ def test_runs_of_same_outcome_are_one_line():
 def test_render_groups_unless_verbose():
     steps = [_no_resize(1.0 + i, 3 + i) for i in range(5)]
     expl = {"clone_rule": "vm", "online_cpus": 2, "global_size": 512, "processes": [
-        {"pid": 1, "comm": "w", "steps": steps, "lines": E.group_steps(steps), "recommendation": None,
+        {"pid": 1, "comm": "w", "steps": steps, "lines": T.lines_text(steps, E.group_steps(steps)), "recommendation": None,
          "final": {"text": "64 buckets (custom)"}}]}
-    assert E.render(expl).count("\n  - ") == 1
-    assert E.render(expl, verbose=True).count("\n  - ") == 5
-    assert "learned live" in E.render(expl) and "7.1" not in E.render(expl)
+    assert T.render(expl).count("\n  - ") == 1
+    assert T.render(expl, verbose=True).count("\n  - ") == 5
+    assert "learned live" in T.render(expl) and "7.1" not in T.render(expl)

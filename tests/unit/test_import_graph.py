@@ -61,3 +61,13 @@ def test_a_layered_package_passes(tmp_path):
     assert ic.problems(tmp_path) == []
     edges, hidden = ic.graph(tmp_path)
     assert edges["futextrace.high"] == {"futextrace.low"} and hidden == []
+
+
+def test_analysis_imports_nothing_above_it():
+    """analysis/ returns data: the packages that word, record or serve it sit above it."""
+    edges, _ = load_script().graph()
+    above = ("futextrace.output", "futextrace.record", "futextrace.export", "futextrace.commands",
+             "futextrace.bench")
+    up = sorted((m, t) for m, ts in edges.items() if m.startswith("futextrace.analysis")
+                for t in ts if t.startswith(above))
+    assert up == []

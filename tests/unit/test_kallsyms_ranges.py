@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from futextrace.kernel.kallsyms import Kallsyms
+from futextrace.kernel.kallsyms import Kallsyms, futex_kallsyms
 from futextrace.loading import kprobes
 
 KALLSYMS = """\
@@ -45,7 +45,7 @@ def test_the_kprobe_inputs_come_from_the_model(tmp_path, monkeypatch):
     def no_read(*a, **k):
         raise AssertionError("kallsyms read again")
     monkeypatch.setattr(Kallsyms, "from_file", no_read)
-    got = kprobes._kallsyms(model)
+    got = futex_kallsyms(model)
     assert kprobes.text_range(got, "futex_private_hash_put") == (0xffffffff81100100, 0xffffffff81100180)
     assert kprobes.global_table_flags(got) == [f"-DGLOBAL_TABLES={0xffffffff82000000 + 16:#x}ULL"]
     assert kprobes.text_range(got, "absent") == (0, 0)

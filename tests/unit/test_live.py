@@ -10,9 +10,9 @@ def futex(tgid, uaddr, lookups, bucket, kind="FT_PRIVATE", mask=63, cpus=2):
 
 
 def test_rates_come_from_the_difference_between_snapshots():
-    before = live.snapshot([futex(10, 0x1000, 100, 3), futex(10, 0x2000, 50, 5)])
+    before = live.futex_counts([futex(10, 0x1000, 100, 3), futex(10, 0x2000, 50, 5)])
     # 0x1000 appears twice (map and per-CPU cache): the two are added.
-    after = live.snapshot([futex(10, 0x1000, 150, 3), futex(10, 0x1000, 50, 3),
+    after = live.futex_counts([futex(10, 0x1000, 150, 3), futex(10, 0x1000, 50, 3),
                            futex(10, 0x2000, 50, 5), futex(10, 0x3000, 20, 5),
                            futex(20, 0x9000, 8, 0, kind="FT_GLOBAL", mask=0)])
     rows = live.processes(before, after, 2.0, {10: "app"})
@@ -25,7 +25,7 @@ def test_rates_come_from_the_difference_between_snapshots():
 
 
 def test_idle_interval_lists_nobody():
-    snap = live.snapshot([futex(10, 0x1000, 100, 3)])
+    snap = live.futex_counts([futex(10, 0x1000, 100, 3)])
     assert live.processes(snap, snap, 1.0, {}) == []
     lines = live.render({"t": 1.0, "interval_s": 1.0, "lookups": 0, "private": 0, "global": 0,
                          "unattributed": 5, "lost_events": 0, "resizes": 2}, [], False)

@@ -8,13 +8,14 @@ pytest.importorskip("matplotlib")
 
 
 def test_labels_at_one_point_do_not_overlap(tmp_path):
-    from futextrace.output.plots import _pyplot
-    from futextrace.output.plots_recording import _place_labels, plot_resizes
-    plt = _pyplot()
+    from futextrace.output.plots import pyplot
+    from futextrace.output.plots_recording import plot_resizes
+    from futextrace.output.plots_resizes import place_labels
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     ax.plot([0, 1], [0, 128])
     ax.set_yscale("symlog", base=2, linthresh=1)
-    _place_labels(ax, [(0.010, 128, "prctl", "C0"), (0.0101, 128, "clone", "C0"), (0.0102, 128, "clone", "C1")])
+    place_labels(ax, [(0.010, 128, "prctl", "C0"), (0.0101, 128, "clone", "C0"), (0.0102, 128, "clone", "C1")])
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in ax.texts]
     assert len(boxes) == 3

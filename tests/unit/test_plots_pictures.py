@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from futextrace.output.plots import _pyplot  # noqa: E402
+from futextrace.output.plots import pyplot  # noqa: E402
 from futextrace.output.plots_buckets import figure_buckets  # noqa: E402
 from futextrace.output.plots_common import FOLD_MIN, FOLD_SHARE, MAX_PANELS  # noqa: E402
 from futextrace.output.plots_cpus import figure_cpus  # noqa: E402
@@ -59,7 +59,7 @@ def assert_no_overlap(fig):
 
 
 def _close(fig):
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 def _bar_axes(fig):

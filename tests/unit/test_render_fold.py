@@ -87,7 +87,7 @@ def shared_futex(tgid, uaddr, lookups, cpus=2):
 
 
 def test_live_view_shared_buckets_are_null_with_a_reason():
-    after = live.snapshot([shared_futex(10, 0x1000, 50), shared_futex(10, 0x2000, 30)])
+    after = live.futex_counts([shared_futex(10, 0x1000, 50), shared_futex(10, 0x2000, 30)])
     (row,) = live.processes({}, after, 1.0, {10: "app"})
     assert (row["buckets_touched"], row["max_over_mean"], row["buckets_unknown"]) == (None, None, NA)
     lines = live.render({"t": 1.0, "interval_s": 1.0, "lookups": 80, "private": 0, "global": 80,
@@ -95,7 +95,7 @@ def test_live_view_shared_buckets_are_null_with_a_reason():
     assert lines[2].split()[5:7] == ["n/a", "n/a"] and lines[3] == f"  BUCKETS, MAX/MEAN {NA}"
     buckets = [{"tgid": 10, "kind": KIND["FT_GLOBAL_SHARED"], "hash_mask": 0, "bucket": 0xFFFFFFFF,
                 "node": -1, "per_cpu": [[80, 0, 0], [0, 0, 0]]}]
-    (row,) = live.processes({}, live.bucket_snapshot(buckets), 1.0, {})
+    (row,) = live.processes({}, live.bucket_counts(buckets), 1.0, {})
     assert row["buckets_touched"] is None
 
 

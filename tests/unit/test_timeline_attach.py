@@ -4,7 +4,7 @@ hand from the kernel's rules, not computed with futextrace's formulas."""
 import sys
 from pathlib import Path
 
-from futextrace.analysis import explain as E
+from futextrace.output import explain_text as T
 from futextrace.analysis.timeline import build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,7 +36,7 @@ def test_custom_hash_from_before_is_not_a_new_allocation():
     rec = recording([newtask(1.0, 4, **CUSTOM64), newtask(1.1, 5, **CUSTOM64)],
                     attach("private", 64, "custom", threads=3))
     assert rec["resizes"] == []
-    p = E.explain(rec)["processes"][0]
+    p = T.explained(rec)["processes"][0]
     assert p["final"]["text"] == "64 buckets (custom)"
     assert p["steps"][0]["text"].startswith("at attach: 64 buckets, custom: set with prctl(SET_SLOTS, 64) "
                                             "before the recording began")
@@ -52,7 +52,7 @@ def test_automatic_hash_from_before_is_not_invented_at_the_first_clone():
     # ...with it, the clone changed nothing.
     rec = recording([newtask(1.0, 7, **auto32)], attach("private", 32, "auto", threads=6))
     assert rec["resizes"] == []
-    p = E.explain(rec)["processes"][0]
+    p = T.explained(rec)["processes"][0]
     assert [s["reason"] for s in p["steps"]] == ["at_attach", "big_enough"]
 
 
@@ -80,13 +80,13 @@ def test_launched_set_slots_then_clone_is_one_allocation():
 
 def test_idle_process_has_its_attach_line_and_no_events():
     rec = recording([], attach("private", 32, "auto", threads=6))
-    p = E.explain(rec)["processes"][0]
+    p = T.explained(rec)["processes"][0]
     assert [s["kind"] for s in p["steps"]] == ["at_attach"] and p["final"]["text"] == "32 buckets (automatic)"
 
 
 def test_pending_replacement_is_beside_not_current():
     rec = recording([], attach("private", 16, "auto", threads=9, pending={"buckets": 32, "custom": False}))
-    final = E.explain(rec)["processes"][0]["final"]
+    final = T.explained(rec)["processes"][0]["final"]
     assert final["buckets"] == 16 and final["text"] == "16 buckets (automatic); 32 buckets pending (waiting for the pivot)"
 
 
@@ -96,9 +96,9 @@ def test_global_by_prctl_recommends_what_is_possible():
                                                             "distinct_futexes": 3, "collisions": 0}],
                          "futex_list": {"listed": [{"uaddr": "0x1000", "lookups": 5}],
                                         "not_listed": 0, "not_listed_lookups": 0}}]
-    p = E.explain(rec)["processes"][0]
+    p = T.explained(rec)["processes"][0]
     assert "global for good" in p["steps"][0]["text"]
-    text = E.render(E.explain(rec))
+    text = T.render(T.explained(rec))
     assert "a private hash is no longer possible for it" in text
     assert "SET_SLOTS 16" not in text and "none possible" not in text
 
@@ -107,7 +107,7 @@ def test_pending_replacement_seen_taking_over():
     at = attach("private", 16, "auto", threads=9, pending={"buckets": 32, "custom": False})
     rec = recording([ev("FTE_HASH_SEEN", 0.5, hash=0xB000, hash_mask=31)], at)
     assert rec["resizes"] == []
-    p = E.explain(rec)["processes"][0]
+    p = T.explained(rec)["processes"][0]
     assert [s["kind"] for s in p["steps"]] == ["at_attach", "pivot"]
     assert "16 → 32 buckets" in p["steps"][1]["text"]
     assert p["final"]["text"] == "32 buckets (automatic)" and p["final"]["pending_buckets"] is None

@@ -5,6 +5,7 @@ from collections import Counter
 from pathlib import Path
 
 from futextrace.analysis import whatif
+from futextrace.output.whatif_text import worded_table
 
 _spec = importlib.util.spec_from_file_location("fidelity_ref", Path(__file__).parents[1] / "host" / "fidelity_ref.py")
 ref = importlib.util.module_from_spec(_spec)
@@ -45,6 +46,8 @@ def test_table_matches_an_independent_jhash2():
 
 def test_partial_list_is_said():
     lst = {**listing(), "not_listed": 7, "not_listed_lookups": 99}
-    t = whatif.table(lst, None)
+    t = worded_table(whatif.table(lst, None, {"lookups_missed": 5, "futexes_unlisted": 0}))
     assert t["partial"] and "top 80 futexes by lookups; 7 futexes with 99 lookups not in the list" in t["notes"]
+    assert t["notes"][1] == ("5 lookups of this process are beyond the per-futex list (it was full): "
+                             "their futexes are not in the table")
     assert whatif.table({"listed": []}, None) is None

@@ -1,4 +1,4 @@
-"""The snapshot where the kernel refuses the task iterator: futex calls are
+"""`snapshot` where the kernel refuses the task iterator: futex calls are
 traced for a moment (HASH_SEEN events, as `record` sees them), so a process
 that makes no futex call while watched is "not seen"."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ def latest_states(rec: dict) -> dict[int, dict]:
     return out
 
 
-def snapshot_by_watching(pids: list[int], duration: float, model, refused: str) -> dict:
+def read_by_watching(pids: list[int], duration: float, model, refused: str) -> dict:
     """Trace futex calls for `duration` s: a process's hash shows when it makes one."""
     rec = record_pids(RecordOptions(pids=list(pids), duration=duration, method="auto"), model)
     states = latest_states(rec)

@@ -1,0 +1,103 @@
+"""explain's recommendation in words: what was measured and what a size would
+change (analysis/explain.py `recommend` and analysis/contention.py `advice` decide)."""
+from __future__ import annotations
+
+from futextrace.analysis.contention import MAX_SLOTS, MEASURABLE_MS_PER_S
+from futextrace.output.whatif_text import worded_table
+from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
+
+SHARED_WHY = ("shared futexes (process-shared or file-backed), which always use the global hash: "
+              "no PR_FUTEX_HASH_SET_SLOTS size changes their buckets")
+NO_TABLE = {
+    "no_list": ("the recording has no per-futex list (made by a futextrace before it kept one): "
+                "no what-if table, no size to suggest"),
+    "all_shared": f"its lookups were of {SHARED_WHY}",
+    "list_full": ("the per-futex list holds none of its private futexes (the list was full: raise "
+                  "--max-futexes): no what-if table, no size to suggest"),
+}
+ADVICE = {
+    "global_chosen": ("the process chose the global hash; a private hash is no longer possible for it "
+                      "(SET_SLOTS returns -EBUSY)"),
+    "not_measured": ("this recording did not measure bucket-lock waits (lock:contention_begin/end "
+                     "not attached): no size is suggested; the table shows only how the futexes "
+                     "would spread"),
+    "global_hash": ("the process uses the global hash, whose bucket locks are not traced here: "
+                    "no measured cost, no size to suggest"),
+}
+
+
+def _wait_effect(adv: dict) -> str:
+    rate = adv["ms_per_s"]
+    verdict, hit = adv["verdict"], adv["buckets_hit"]
+    if verdict in ("collision", "no_separating_size"):
+        names = ", ".join(str(b) for b in hit[:6]) + (" ..." if len(hit) > 6 else "")
+        head = (f"collisions cost {rate['collision']:.2f} ms/s of lock waits in "
+                f"bucket{'s' if len(hit) > 1 else ''} {names}")
+        if verdict == "no_separating_size":
+            return (f"{head}; no size up to {MAX_SLOTS:,} puts those futexes in buckets of their own: "
+                    "more buckets are not the fix")
+        return f"{head}; at {adv['slots']} buckets those futexes no longer share"
+    if verdict == "same_futex":
+        return (f"the lock waits ({rate['same_futex']:.2f} ms/s) are each on "
+                "one futex's own bucket: more buckets will not help")
+    if verdict == "untied":
+        return "the lock waits could not be tied to a futex (not from the waiter's futex call): no size to suggest"
+    return (f"no measurable bucket-lock wait (under {MEASURABLE_MS_PER_S} ms/s): "
+            f"the current size ({adv['current']} buckets) costs nothing measurable")
+
+
+def advice_words(adv: dict) -> dict:
+    """{slots, c_line, measured, effect} of an advice (analysis.contention.advice, or
+    explain's verdicts before it): the C line to set the size, what the waits were."""
+    c_line = f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {adv['slots']}, 0);" if adv["slots"] else None
+    if adv["verdict"] in ADVICE:
+        measured = "bucket-lock waits: not traced on the global hash" if adv["verdict"] == "global_hash" else None
+        return {"slots": adv["slots"], "c_line": c_line, "measured": measured, "effect": ADVICE[adv["verdict"]]}
+    rate = adv["ms_per_s"]
+    measured = (f"bucket-lock waits: {adv['waits']:,} in {adv['window_s']:.1f} s, {rate['total']:.3f} ms/s "
+                f"({rate['collision']:.3f} collision, {rate['same_futex']:.3f} same futex)")
+    return {"slots": adv["slots"], "c_line": c_line, "measured": measured, "effect": _wait_effect(adv)}
+
+
+def _measured(r: dict, facts: dict) -> str:
+    d, cur, imb = r["distinct_futexes"], r["current_buckets"], r["max_over_mean"]
+    sharing = (f"{r['collisions']} collisions (futexes beyond one per bucket)" if facts["collisions_known"]
+               else f"sharing a bucket: {BUCKET_NOT_VISIBLE}")
+    text = (f"measured: {d} distinct futexes in {cur or 'the global hash'}{' buckets' if cur else ''}, "
+            f"{sharing}"
+            + (f", busiest bucket {imb:.1f}× the mean" if imb else "")
+            + (f", {r['atomic_share']:.1%} of refcount gets atomic"
+               + (" (inferred)" if facts["atomic_inferred"] else "") if cur else ""))
+    adv = advice_words(facts["advice"])
+    return text + ("; " + adv["measured"] if adv["measured"] else "")
+
+
+def _effect(r: dict, facts: dict, cost: dict, final: dict) -> str:
+    effect = advice_words(facts["advice"])["effect"]
+    if facts["no_table"]:
+        effect = f"{effect}; no what-if table: {NO_TABLE[facts['no_table']]}"
+    elif facts["shared_share"] >= 0.5:
+        effect = f"{facts['shared_share']:.0%} of its lookups were of {SHARED_WHY}; for its private futexes: {effect}"
+    if "avoided_atomic_s" in r:
+        a = cost["atomic"]
+        label = "" if a["source"] == "measured" else " (inferred)"
+        # Without a suggested size, the size it ended with is the one to set at start.
+        size = r["slots"] or f"{final['buckets']} (the size it ended with)"
+        effect += (f"; setting {size} at start would have avoided {a['total_s'] * 1000:.2f} ms "
+                   f"of atomic refcounting{label} ({a['lookups']:,} lookups)")
+    return effect
+
+
+def worded_recommendation(r: dict | None, cost: dict, final: dict) -> dict | None:
+    """The recommendation with its `measured` and `effect` sentences, keys in the schema's order."""
+    if r is None:
+        return None
+    facts = r["facts"]
+    out = {key: r[key] for key in ("slots", "distinct_futexes", "current_buckets", "collisions",
+                                   "max_over_mean", "atomic_share", "expected_collisions_now")}
+    out["measured"] = _measured(r, facts)
+    out["effect"] = _effect(r, facts, cost, final)
+    out["c_line"], out["whatif"] = advice_words(facts["advice"])["c_line"], worded_table(r["whatif"])
+    if "avoided_atomic_s" in r:
+        out["avoided_atomic_s"] = r["avoided_atomic_s"]
+    return out
