@@ -161,10 +161,10 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
     if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
-    if filters.tgid_map:    # user space changes the filter as it runs: no task memo (trace_tp.bpf.c)
-        flags.append("-DFILTER_TGID_LIVE")
         if filters.follow_forks:
             flags.append("-DFOLLOW_FORKS")
+    if filters.tgid_map:    # user space changes the filter as it runs: no task memo (trace_tp.bpf.c)
+        flags.append("-DFILTER_TGID_LIVE")
     if filters.tids:
         flags.append("-DFILTER_TID")
     if filters.cgroup_ids:
