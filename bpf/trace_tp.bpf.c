@@ -51,8 +51,11 @@ BPF_PROG_ARRAY(waitv_progs, 1);
  * it is traced, and its private hash (present, size) while that is settled
  * (no replacement pending, per-CPU refcount). Good while task_epoch's gen is
  * `gen`: a later call of that task on this CPU needs no
- * bpf_get_current_task_btf(), a real call on kernels that do not inline it. */
-struct task_memo { u64 regs; u64 gen; u32 tgid; u32 hmask; u32 has_hash; u32 wanted; };
+ * bpf_get_current_task_btf(), a real call on kernels that do not inline it.
+ * At most MEMO_HITS calls in a row: a change the epoch missed (a prctl whose
+ * sys_enter run the kernel skipped) lasts that long at most. */
+#define MEMO_HITS 64
+struct task_memo { u64 regs; u64 gen; u32 tgid; u32 hmask; u16 has_hash; u16 wanted; u32 left; };
 BPF_PERCPU_ARRAY(task_memo, struct task_memo, 1);
 #endif
 
@@ -229,6 +232,7 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 		tm->regs = (u64)regs;
 		tm->gen = gen;
 		tm->wanted = 0;
+		tm->left = MEMO_HITS;
 		return 0;
 	}
 #endif
@@ -276,6 +280,7 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 		tm->hmask = hmask;
 		tm->has_hash = hash;
 		tm->wanted = 1;
+		tm->left = MEMO_HITS;
 	}
 #endif
 	return futex_call(ctx, nr, tgid, hash, hmask, hstate, regs);
@@ -351,8 +356,10 @@ int ft_btf_sys_enter(u64 *ctx)
 	 * reads through this typed pointer, not the memo's equal number. */
 	void *regs = (void *)ctx[0];
 	asm volatile("" : "+r"(regs));
-	if (m->regs == ctx[0] && m->gen == gen && !prctls && ctx[1] != NR_prctl)
+	if (m->regs == ctx[0] && m->gen == gen && m->left && !prctls && ctx[1] != NR_prctl) {
+		m->left--;
 		return m->wanted ? futex_call(ctx, ctx[1], m->tgid, m->has_hash, m->hmask, 0, regs) : 0;
+	}
 	return on_sys_enter(ctx, ctx[1], bpf_get_current_task_btf(), regs, prctls ? 0 : m, gen);
 #else
 	if (!traced_nr(ctx[1]))

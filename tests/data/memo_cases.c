@@ -16,10 +16,11 @@
  *   single-threaded: sets 64 slots, calls N times, then execs itself as
  *   `memo_cases after OUT.json N`, which calls N times with no private hash.
  * Writes {"pid", "before": slots, "after": slots, "calls": N} (after: the
- * exec'd image's). */
+ * exec'd image's). Every task runs on the CPU main started on. */
 #define _GNU_SOURCE
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,12 @@ int main(int argc, char **argv)
 	if (argc < 4)
 		return 2;
 	long n = atol(argv[3]);
+	/* One CPU for every task here: the memo is per CPU, and a stale one is
+	 * seen only where the task calls again. */
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu(), &one);
+	sched_setaffinity(0, sizeof(one), &one);
 	if (!strcmp(argv[1], "prctl")) {
 		pthread_t t;
 		char c = 1;
