@@ -1,7 +1,8 @@
-"""The exporter's batched map read (futextrace/export/mapread.py) against
-BCC's own key-by-key walk of the same map, on the real kernel: both reads must
-give the same entries and per-CPU values; and the exporter's lean reading
-against the full recording of the same stopped workloads."""
+"""The map reader's strategies on the real kernel: the batched read of the
+futexes map (loading/batchread.py) against BCC's own key-by-key walk of the
+same map (both must give the same entries and per-CPU values); and the
+exporter's lean reading (loading/maparrays.py, export/summary.py) against the
+full recording (record/assemble.py) of the same stopped workloads."""
 from __future__ import annotations
 
 import os
