@@ -159,7 +159,7 @@ class TraceSession:
         self._stop = True
 
     def close(self):
-        """Detach and unload. A MapReader of this session's program is closed first."""
+        """Detach and unload (close a MapReader of this program before: its mappings)."""
         if self.comm_watch is not None:
             self.comm_seen = set(self.comm_watch.seen)
             self.comm_watch.close()
