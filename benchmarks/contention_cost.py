@@ -55,14 +55,14 @@ def _record(argv, contention: bool, model, env=None):
     rec.start()
     os.environ.pop("FUTEXTRACE_NO_CONTENTION", None)
     try:
-        before = _stats(rec.program)
+        before = _stats(rec.session.program)
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         out = {}
         t = threading.Thread(target=lambda: out.update(stdout=p.communicate()[0]))
         t.start()
         rec.run(until=lambda: not t.is_alive())
         t.join()
-        after = _stats(rec.program)
+        after = _stats(rec.session.program)
         waits = [x for x in rec.recording(1.0)["contention"]["processes"] if x["pid"] == p.pid]
         return out["stdout"], sum(x["waits"] for x in waits), (after[0] - before[0], after[1] - before[1])
     finally:

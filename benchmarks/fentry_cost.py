@@ -83,18 +83,18 @@ def run_futextrace(method: str, argv: list[str], model, stats: dict, ppid: tuple
     rec = Recorder(RecordOptions(method=method, live_out=open(os.devnull, "w"), announce=False), model)
     rec.start()
     try:
-        if rec.method != method:
-            raise RuntimeError(f"asked for {method}, got {rec.method}: {rec.why}")
+        if rec.session.method != method:
+            raise RuntimeError(f"asked for {method}, got {rec.session.method}: {rec.session.why}")
         if ppid:
             stats.setdefault(f"getppid-{method}", []).append(getppid_ns(*ppid))
         result = {}
-        before = hot_stats(rec.program, method) if method in HOT else (0, 0)
+        before = hot_stats(rec.session.program, method) if method in HOT else (0, 0)
         t = threading.Thread(target=lambda: result.update(ops=run_workload(argv)))
         t.start()
         rec.run(until=lambda: not t.is_alive())   # drains the ring buffer like `record` does
         t.join()
         if method in HOT:
-            after = hot_stats(rec.program, method)
+            after = hot_stats(rec.session.program, method)
             ns, n = after[0] - before[0], after[1] - before[1]
             if n:
                 stats.setdefault(f"ns-{method}", []).append(ns / n)

@@ -198,9 +198,9 @@ def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, 
     def work():
         try:
             for i in range(rounds):
-                one_round(i, sizes, cycles, slot, rec.program, bare, results)
+                one_round(i, sizes, cycles, slot, rec.session.program, bare, results)
             if tax is not None:
-                measure_tax(tax_rounds, rec.program, bare, tax)
+                measure_tax(tax_rounds, rec.session.program, bare, tax)
         except BaseException as e:    # reported by the main thread
             failure.append(e)
     try:
@@ -228,7 +228,7 @@ def measure_detail(n: int, runtime: str, model) -> dict:
         t.start()
         duration = rec.run(until=lambda: not t.is_alive())
         t.join()
-        stats = [prog_stats(fd) for fd in rec.program.program_fds()]
+        stats = [prog_stats(fd) for fd in rec.session.program.program_fds()]
         runs = sum(s.run_cnt for s in stats)
         recording = rec.recording(duration)
         mine = [p for p in recording["processes"] if p["pid"] == out["pid"]]

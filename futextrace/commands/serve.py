@@ -9,7 +9,7 @@ from futextrace.export.collector import FutexCollector
 from futextrace.export.serve_recorder import ServeRecorder
 from futextrace.export.server import DEFAULT_LISTEN
 from futextrace.record import targets
-from futextrace.record.recorder import RecordOptions
+from futextrace.record.session import RecordOptions
 
 EXAMPLES = f"""\b
 Examples:

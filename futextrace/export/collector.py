@@ -1,8 +1,9 @@
 """The prometheus_client Collector: reads the recorder's maps when scraped.
 
 Prometheus' guidance for exporters: collect synchronously on each scrape. A
-scrape reads the kernel maps through the Recorder (map dump, then the lean
-summary of serve_recorder, the same numbers `record` shows) and answers with
+scrape reads the kernel maps through the ServeRecorder (its map reader's
+arrays, then the lean summary of serve_recorder, the same numbers `record`
+shows) and answers with
 that read, so a sample is as fresh as its scrape. Two limits:
 
 - the read budget: a scrape waits at most `budget` seconds for its read; a

@@ -8,7 +8,8 @@ distinct futexes have waited on that bucket since the exporter started,
 goes to exactly one series, so no series goes backwards. Processes are
 bounded as the lookups series are (export/series.py): those SeriesBook
 labels keep their own series, every other process's waits go to
-comm="other" (pid=""). Entries of forgotten processes are deleted from the map.
+comm="other" (pid=""). Entries of forgotten processes are deleted from the map
+(by the recorder's map reader, loading/maps.py).
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from prometheus_client.core import CounterMetricFamily
 
 from futextrace.analysis.contention import CAUSES
 from futextrace.export.series import OTHER
-from futextrace.loading.contention import read_waits
 
 
 class LockWaitBook:
@@ -74,28 +74,16 @@ class LockWaitBook:
         return [waits, secs]
 
 
-def delete_forgotten(bcc, tgids: set[int]) -> None:
-    """Drop lock_waits entries of forgotten processes, so the map follows the live ones."""
-    if not tgids:
-        return
-    table = bcc["lock_waits"]
-    for k in [k for k in table.keys() if k.tgid in tgids]:
-        try:
-            del table[k]
-        except KeyError:
-            pass
-
-
 def read_rows(recorder) -> list[dict]:
-    """The lock_waits rows of the recorder's program ([] where not attached)."""
-    program = getattr(recorder, "program", None)
-    if program is None or program.bpf is None or getattr(program, "contention", None) != "attached":
-        return []
-    return read_waits(program.bpf)
+    """The lock_waits rows the recorder's map reader gives ([] where not attached,
+    or for a recorder that reads no map)."""
+    rows = getattr(recorder, "lock_wait_rows", None)
+    return rows() if rows is not None else []
 
 
 def forget(recorder, book: LockWaitBook, tgids: set[int]) -> None:
+    """Processes the exporter forgot: their series go, and their map entries."""
     book.forget(tgids)
-    program = getattr(recorder, "program", None)
-    if program is not None and program.bpf is not None and getattr(program, "contention", None) == "attached":
-        delete_forgotten(program.bpf, tgids)
+    delete = getattr(recorder, "forget_lock_waits", None)
+    if delete is not None:
+        delete(tgids)

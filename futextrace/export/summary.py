@@ -21,10 +21,10 @@ import numpy as np
 from futextrace.kernel.layout import KIND
 from futextrace.kernel.sizing import buckets_of
 from futextrace.loading.exact import BUCKET_FIELDS
+from futextrace.loading.maparrays import KEY_FIELDS
 from futextrace.record.aggregate import KIND_NAMES, filter_estimates
 
 PRIVATE = KIND["FT_PRIVATE"]
-KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")
 
 
 def _runs(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -95,3 +95,37 @@ def read_counters(bcc) -> dict[str, int]:
             continue
         out[name.removeprefix("FTL_")] = sum(table.getvalue(table.Key(idx)))
     return out
+
+
+def status(program) -> str:
+    """"attached (tp_btf)", "attached (raw_tracepoint: why)" or why not attached."""
+    if program.contention != "attached":
+        return f"not attached: {program.contention}"
+    if program.contention_fallback:
+        return f"attached (raw_tracepoint: {program.contention_fallback})"
+    return "attached (tp_btf)"
+
+
+def attached(program) -> bool:
+    return program is not None and program.bpf is not None and program.contention == "attached"
+
+
+def dump(program) -> dict:
+    """The raw dump's part for bucket-lock waits (empty lists when not attached)."""
+    if not attached(program):
+        return {"lock_waits": [], "lock_counters": {},
+                "contention_status": status(program) if program else "not attached"}
+    return {"lock_waits": read_waits(program.bpf), "lock_counters": read_counters(program.bpf),
+            "contention_status": status(program)}
+
+
+def delete_waits(bcc, tgids: set[int]) -> None:
+    """Drop lock_waits entries of these processes, so the map follows the live ones."""
+    if not tgids:
+        return
+    table = bcc["lock_waits"]
+    for k in [k for k in table.keys() if k.tgid in tgids]:
+        try:
+            del table[k]
+        except KeyError:
+            pass

@@ -18,7 +18,7 @@ Plain data in, plain data out (the shapes record/aggregate.py documents):
   bucket entry: {tgid, kind, hash_mask, bucket, node, per_cpu: [[lookups, atomic, kernel_checked, unlisted], ...]}
   futex entry:  {tgid, kind, uaddr, hash_mask, per_cpu: [[lookups, atomic, bucket, node, kernel_bucket], ...]}
   cache row:    (cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked, unlisted])
-The exporter's numpy path (export/serve_recorder.py) mirrors these functions;
+The exporter's numpy path (loading/maparrays.py) mirrors these functions;
 tests/unit/test_exact.py checks that both give the same counts.
 """
 from __future__ import annotations

@@ -1,7 +1,14 @@
-"""Reading a loaded Program's maps (and what the kernel counts about it) as
-plain data: the per-CPU counters, every bucket of the `buckets` map (the exact
-counts), every futex of the bounded `futexes` map, the per-CPU cache in front
-of both, and probe runs the kernel skipped.
+"""The one reader of a loaded Program's maps (and of what the kernel counts
+about it), as plain data: the per-CPU counters, every bucket of the `buckets`
+map (the exact counts), every futex of the bounded `futexes` map, the per-CPU
+caches in front of both, the first-seen filter, the bucket-lock waits, and
+probe runs the kernel skipped. The tracing session (record/session.py) only
+attaches, polls and closes; `record` and `serve` read through a MapReader.
+
+Its strategies: the caches and the first-seen filter are read through their
+memory mappings; the `futexes` map is walked through BCC (walk_futex_map) or
+read in batches (batched_futex_map, loading/batchread.py). `serve` reads the
+same maps into numpy arrays (loading/maparrays.py's ArrayReader).
 
 The layouts come from BCC's ctypes view of bpf/futextrace.h; the plain data is
 what record/aggregate.py documents and turns into a recording.
@@ -15,18 +22,46 @@ import os
 import numpy as np
 
 from futextrace.kernel.layout import COUNTER, KIND
-from futextrace.loading import exact
+from futextrace.loading import contention, exact
+from futextrace.loading.batchread import batch_futex_map
 from futextrace.loading.loader import SEEN_K, SEEN_WORDS_PER_KEY
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
 
-class MapReader:
-    """Reads one loaded Program's maps; close() drops the cache's memory mapping."""
+def walk_futex_map(table) -> list[dict]:
+    """The `futexes` map's entries through BCC's walk, a key at a time."""
+    return [futex_entry(k, vals) for k, vals in table.items()]
 
-    def __init__(self, program):
+
+def batched_futex_map(table) -> list[dict]:
+    """The same entries in a few BPF_MAP_LOOKUP_BATCH calls (loading/batchread.py),
+    walked where the kernel has no batch lookup for the map."""
+    futexes = batch_futex_map(table)
+    return walk_futex_map(table) if futexes is None else futexes
+
+
+class MapReader:
+    """Reads one loaded Program's maps; close() drops the memory mappings.
+    `futex_read`: how the `futexes` map is read (walk_futex_map, batched_futex_map)."""
+
+    def __init__(self, program, futex_read=walk_futex_map):
         self.program = program
-        self._maps: dict[str, mmap.mmap] = {}     # memory mappings of the two caches
+        self.futex_read = futex_read
+        self._maps: dict[str, mmap.mmap] = {}     # memory mappings of the caches and the filter
+
+    def read(self) -> tuple[list[dict], list[dict]]:
+        """(per-futex list: map and cache, exact per-bucket counts), reading
+        the futexes map once for both."""
+        fmap = self.futex_map()
+        return self.futexes(fmap), self.buckets(fmap)
+
+    def dump(self) -> dict:
+        """Everything the maps hold, as plain data (see record/aggregate.py)."""
+        futexes, buckets = self.read()
+        return {"counters": self.counters(buckets), "buckets": buckets, "futexes": futexes,
+                "futex_capacity": self.program.max_futexes, "seen_filter": self.seen_filter(),
+                "missed_runs": self.missed_runs(), **self.lock_waits()}
 
     def lookup_cache_buffer(self) -> mmap.mmap:
         """The lookup cache's memory mapping (made at the first read): its
@@ -116,8 +151,8 @@ class MapReader:
                 "words_per_key": SEEN_WORDS_PER_KEY, "false_positive_rate": rate}
 
     def futex_map(self) -> list[dict]:
-        """The `futexes` map's entries (not the cache), as plain data."""
-        return [_futex_entry(k, vals) for k, vals in self.program.bpf["futexes"].items()]
+        """The `futexes` map's entries (not the cache), as plain data: part of the exact counts."""
+        return self.futex_read(self.program.bpf["futexes"])
 
     def futexes(self, futex_map: list[dict]) -> list[dict]:
         """Per-futex counts: `futex_map` (futex_map()'s output) and the lookup
@@ -127,19 +162,34 @@ class MapReader:
         for idx, s in self._cache_items():
             per_cpu = [type(s.st)()] * ncpus
             per_cpu[idx // nslots] = s.st
-            cached.append(_futex_entry(s.key, per_cpu))
+            cached.append(futex_entry(s.key, per_cpu))
         return exact.listed_futexes(futex_map, cached)
 
-    def missed_runs(self, kprobes: bool) -> int:
+    def missed_runs(self) -> int:
         """Hits the kernel dropped on our probes, shown and never silent: a run
         of our program skipped because one was already running on that CPU
         (Program.missed_runs), or a kprobe the kernel itself missed
         (kprobe_profile, when BCC created the probe through tracefs)."""
         missed = self.program.missed_runs()
+        kprobes = self.program.method == "kprobe"
         return missed + (_kprobe_profile_misses(f"_bcc_{os.getpid()}") if kprobes else 0)
 
+    def lock_waits(self) -> dict:
+        """The bucket-lock waits' part of the dump (loading/contention.py)."""
+        return contention.dump(self.program)
 
-def _futex_entry(k, per_cpu_vals) -> dict:
+    def lock_wait_rows(self) -> list[dict]:
+        """The lock_waits map's rows ([] where the lock tracepoints are not attached)."""
+        return contention.read_waits(self.program.bpf) if contention.attached(self.program) else []
+
+    def delete_lock_waits(self, tgids: set[int]) -> None:
+        """Drop these processes' lock_waits entries (serve's forgotten processes)."""
+        if contention.attached(self.program):
+            contention.delete_waits(self.program.bpf, tgids)
+
+
+def futex_entry(k, per_cpu_vals) -> dict:
+    """A `futexes` map entry (its key and per-CPU futex_stat) as a futex entry."""
     return {"tgid": k.tgid, "kind": k.kind, "uaddr": k.uaddr, "hash_mask": k.hash_mask,
             "per_cpu": [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket]
                         for v in per_cpu_vals]}

@@ -30,7 +30,7 @@ WHY_PREFERRED = {
 
 def kprobe_precondition(model) -> str | None:
     """Why the kprobe method cannot work here, or None. Cheap checks only:
-    loading the real programs is the proof (see Recorder.start)."""
+    loading the real programs is the proof (see TraceSession.start)."""
     if not KPROBE_PMU.is_dir():
         return f"kernel built without CONFIG_KPROBES (no {KPROBE_PMU})"
     if not model.probeable("futex_hash"):

@@ -1,1 +1,2 @@
-"""Recording: targets, the recorder's poll loop, map aggregation, the live view, snapshots."""
+"""Recording: targets, the tracing session and its poll loop, the recording built from
+the map reader's dump, the live view, snapshots."""

@@ -37,10 +37,10 @@ def test_detached_runs_are_not_counted_and_counts_are_kept():
                    kmodel.load())
     rec.start()
     try:
-        if not rec.program.probes[0].startswith("tp_btf"):
+        if not rec.session.program.probes[0].startswith("tp_btf"):
             pytest.skip("the kernel refused tp_btf: nothing to detach")
         before = run_bench()
-        with hot_path_detached(rec.program):
+        with hot_path_detached(rec.session.program):
             detached = run_bench()
         after = run_bench()
         rec.run(until=lambda: True)

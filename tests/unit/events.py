@@ -1,4 +1,4 @@
-"""Hand-made ring-buffer events (struct ft_event as record/recorder.py
+"""Hand-made ring-buffer events (struct ft_event as record/session.py
 decodes it) for the unit tests of the timeline, explain and the live view."""
 from futextrace.kernel.layout import EVENT
 

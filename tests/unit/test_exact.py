@@ -1,5 +1,5 @@
 """The exact count's one definition (loading/exact.py) and the exporter's
-numpy mirror of it (export/serve_recorder.py) on the same raw tiers.
+numpy mirror of it (loading/maparrays.py) on the same raw tiers.
 
 Random tiers of several processes: `buckets` map entries, `futexes` map
 entries with counts on some CPUs, lookup-cache slots of listed and unlisted
@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from futextrace.export.serve_recorder import _arrays, futex_share_rows, in_map
+from futextrace.loading.maparrays import futex_arrays_of, futex_share_rows, in_map
 from futextrace.loading import exact
 
 NCPU = 3
@@ -94,7 +94,7 @@ def test_numpy_path_agrees_with_plain_path():
     for seed in range(5):
         bmap, fmap, cache, _ = tiers(seed)
         plain = exact.bucket_rows(exact.bucket_entries(bmap, fmap, cache, NCPU))
-        keys, stats = _arrays(fmap, KEY, STAT, NCPU)
+        keys, stats = futex_arrays_of(fmap, KEY, STAT, NCPU)
         fast = exact.bucket_rows(bmap) + futex_share_rows(keys, stats) + exact.cache_bucket_rows(cache)
         assert fast == plain
 
@@ -106,6 +106,6 @@ def test_cached_futex_counts_only_when_listed():
         want = fmap + [c for c in cached if (c["tgid"], c["uaddr"]) in in_list]
         assert exact.listed_futexes(fmap, cached) == want
         assert len(want) < len(fmap) + len(cached)   # the draw has unlisted cached futexes
-        mk, _ = _arrays(fmap, KEY, STAT, NCPU)
-        ck, _ = _arrays(cached, KEY, STAT, NCPU)
+        mk, _ = futex_arrays_of(fmap, KEY, STAT, NCPU)
+        ck, _ = futex_arrays_of(cached, KEY, STAT, NCPU)
         assert in_map(ck, mk).tolist() == [(c["tgid"], c["uaddr"]) in in_list for c in cached]

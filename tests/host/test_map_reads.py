@@ -1,7 +1,8 @@
-"""The exporter's batched map read (futextrace/export/mapread.py) against
-BCC's own key-by-key walk of the same map, on the real kernel: both reads must
-give the same entries and per-CPU values; and the exporter's lean reading
-against the full recording of the same stopped workloads."""
+"""The map reader's strategies on the real kernel: the batched read of the
+futexes map (loading/batchread.py) against BCC's own key-by-key walk of the
+same map (both must give the same entries and per-CPU values); and the
+exporter's lean reading (loading/maparrays.py, export/summary.py) against the
+full recording (record/assemble.py) of the same stopped workloads."""
 from __future__ import annotations
 
 import os
@@ -27,12 +28,13 @@ def test_batched_read_equals_the_bcc_walk():
     """The futexes map filled here, 12000 entries with distinct per-CPU values
     (the traced hot path lists only futexes with repeated lookups while cached,
     so a workload would not fill it reliably), read both ways."""
-    from futextrace.export.mapread import BatchRecorder
-    from futextrace.record.recorder import RecordOptions
-    rec = None
+    from futextrace.loading.maps import MapReader, batched_futex_map
+    from futextrace.record.session import RecordOptions, TraceSession
+    rec = reader = None
     try:
-        rec = BatchRecorder(RecordOptions(pids=[os.getpid()], method="tracepoint", announce=False))
+        rec = TraceSession(RecordOptions(pids=[os.getpid()], method="tracepoint", announce=False))
         rec.start()
+        reader = MapReader(rec.program, futex_read=batched_futex_map)
         table = rec.program.bpf["futexes"]
         ncpu = len(table.Leaf()) if hasattr(table.Leaf(), "__len__") else 1
         for i in range(12000):
@@ -46,12 +48,14 @@ def test_batched_read_equals_the_bcc_walk():
                 vals[cpu].hash_mask = 63
                 vals[cpu].kernel_bucket = 0xFFFFFFFF
             table[key] = vals
-        rec.maps._cache_items = lambda: []   # the map alone: the per-CPU cache is read the same way by both
-        fast = {(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"]): f["per_cpu"] for f in rec.dump_futexes()}
+        fast = {(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"]): f["per_cpu"]
+                for f in reader.futex_map()}   # the map alone: the per-CPU cache is read the same way by both
         slow = walk(table)
         assert len(slow) >= 12000 and {k[0] for k in slow} == {os.getpid()}
         assert fast == slow
     finally:
+        if reader is not None:
+            reader.close()
         if rec is not None:
             rec.close()
 
@@ -64,7 +68,8 @@ def test_lean_reading_equals_the_full_recordings():
     the map between the two reads."""
     from futextrace.export.serve_recorder import ServeRecorder
     from futextrace.export.reading import from_recording
-    from futextrace.record.recorder import RecordOptions, Recorder
+    from futextrace.record.assemble import recording
+    from futextrace.record.session import RecordOptions
     from futextrace.workload.build import workload_path
     rec = None
     wls = [subprocess.Popen([str(workload_path()), "-t", "2", "-f", str(nf), "-r", "60", *more],
@@ -79,7 +84,7 @@ def test_lean_reading_equals_the_full_recordings():
             wl.send_signal(signal.SIGSTOP)
         time.sleep(0.3)
         lean = from_recording(rec.recording(1.0))
-        full = from_recording(Recorder.recording(rec, 1.0))
+        full = from_recording(recording(rec.session, rec.reader, 1.0))
         assert set(full.processes) == {wl.pid for wl in wls}
         assert lean.processes == full.processes
         # 12000 futexes per thread: far more than the lookup cache holds, so

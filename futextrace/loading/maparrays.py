@@ -1,0 +1,153 @@
+"""The maps as numpy arrays: the reader `futextrace serve` runs every scrape.
+
+ArrayReader is a MapReader (loading/maps.py: the same maps, the same
+interface, the `futexes` map read in batches) that also gives the exact
+per-bucket counts (the `buckets` map, the futexes map's share, the caches) as
+exact.BUCKET_FIELDS rows and the bounded per-futex list (the futexes map and
+the lookup cache) as numpy structured arrays with the layout of
+bpf/futextrace.h (BCC's ctypes view); export/summary.py turns them into what
+the exporter serves. The numpy functions here mirror loading/exact.py;
+tests/unit/test_exact.py checks that both agree.
+
+Entries of processes the exporter forgot are deleted from the maps as they
+are read (a map filled with dead processes leaves no room for live ones and
+makes every read longer); their lookups are kept in `deleted`, so the
+system-wide counters never go backwards.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+
+import numpy as np
+
+from futextrace.kernel.layout import KIND
+from futextrace.loading import exact
+from futextrace.loading.batchread import lookup_batch
+from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
+
+KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")   # a futex's key (exact.futex_key)
+
+
+class ArrayReader(MapReader):
+    def __init__(self, program):
+        super().__init__(program, futex_read=batched_futex_map)
+        self.deleted = {"private": 0, "atomic": 0, "global": 0}   # lookups of deleted entries
+        self._map_rows: list[tuple] = []
+
+    def futex_arrays(self, forgotten: set[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, per-CPU stats) of the map and the per-CPU cache; the map's
+        entries of `forgotten` processes deleted (their lookups in `deleted`)."""
+        table = self.program.bpf["futexes"]
+        kd, sd = np.dtype(table.Key), np.dtype(table.sLeaf)
+        ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
+        batch = lookup_batch(table)
+        if batch is None:   # no batch lookups: BCC's walk, into the same arrays
+            keys, stats = futex_arrays_of(walk_futex_map(table), kd, sd, ncpu)
+            kb = keys.tobytes()
+        else:
+            kb, vb, n = batch
+            keys = np.frombuffer(kb, dtype=kd, count=n)
+            stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
+        keys, stats = self._delete_forgotten(table, kb, keys, stats, forgotten)
+        self._map_rows = futex_share_rows(keys, stats)   # the map's share of the exact counts
+        ck, cs = self._cache_arrays(kd, sd, ncpu)
+        listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
+        return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
+
+    def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
+        """The used slots of the per-CPU cache in front of the map, read
+        through its memory mapping (slot i belongs to CPU i // fcache_slots)."""
+        view = np.frombuffer(self.lookup_cache_buffer(), dtype=np.dtype(self.program.bpf["fcache"].Leaf))
+        slots = view.copy()        # a copy: the mapping cannot close while a view exists
+        del view
+        used = np.flatnonzero(slots["st"]["lookups"])
+        keys = np.zeros(len(used), dtype=kd)
+        stats = np.zeros((len(used), ncpu), dtype=sd)
+        for name in kd.names:
+            keys[name] = slots["key"][name][used]
+        rows, cpus = np.arange(len(used)), used // self.program.fcache_slots
+        for name in sd.names:
+            stats[name][rows, cpus] = slots["st"][name][used]
+        return keys, stats
+
+    def _delete_forgotten(self, table, kb: bytes, keys, stats, forgotten: set[int]):
+        """Delete the futexes of forgotten processes from the map, their
+        lookups added to `deleted` (the map holds exact counts: the flush rule
+        in bpf/futextrace.h sends a cache slot to it or to `bcache`, never both); the arrays without them."""
+        if not forgotten:
+            return keys, stats
+        gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))
+        from bcc import lib
+        for i in np.flatnonzero(gone).tolist():
+            key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
+            if lib.bpf_delete_elem(table.map_fd, ct.byref(key)) != 0:
+                gone[i] = False   # already gone: counted as read, dropped at the next read
+        lookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
+        atomic = stats["atomic_lookups"].sum(axis=1, dtype=np.uint64)
+        for kind in np.unique(keys["kind"][gone]).tolist():
+            sel = gone & (keys["kind"] == kind)
+            self._count_deleted(kind, int(lookups[sel].sum()), int(atomic[sel].sum()))
+        return keys[~gone], stats[~gone]
+
+    def bucket_rows(self, forgotten: set[int]) -> list[tuple]:
+        """The exact per-bucket counts as exact.BUCKET_FIELDS rows, the tiers of
+        exact.bucket_entries with CPUs summed: the `buckets` map (entries of
+        `forgotten` processes deleted, their lookups in `deleted`), the futexes
+        map's share (read with numpy by futex_arrays(), which must run first)
+        and both caches' slots not yet flushed."""
+        table, kept = self.program.bpf["buckets"], []
+        for k, vals in table.items():
+            if k.tgid in forgotten:
+                self._count_deleted(k.kind, sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals))
+                del table[k]
+                continue
+            kept.append(bucket_entry(k, vals))
+        return (exact.bucket_rows(kept) + self._map_rows
+                + exact.cache_bucket_rows(self.cached_bucket_rows()))
+
+    def _count_deleted(self, kind: int, lookups: int, atomic: int) -> None:
+        if kind == KIND["FT_PRIVATE"]:
+            self.deleted["private"] += lookups
+            self.deleted["atomic"] += atomic
+        else:
+            self.deleted["global"] += lookups
+
+
+def futex_share_rows(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
+    """exact.bucket_rows(exact.futex_share(...)) of the futexes map's arrays,
+    with numpy (a full map every scrape): a row per futex entry and CPU with
+    lookups, under the bucket that CPU computed, never unlisted. Mirrors
+    loading/exact.py; tests/unit/test_exact.py checks that both agree."""
+    entry, cpu = np.nonzero(stats["lookups"])
+    st = stats[entry, cpu]
+    return list(zip(keys["tgid"][entry].tolist(), keys["kind"][entry].tolist(),
+                    keys["hash_mask"][entry].tolist(), st["bucket"].tolist(),
+                    st["lookups"].tolist(), st["atomic_lookups"].tolist(), [0] * len(entry)))
+
+
+def futex_arrays_of(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
+    """Futex entries (MapReader.futex_map's dicts) as (keys, per-CPU stats) arrays."""
+    keys = np.zeros(len(futexes), dtype=kd)
+    stats = np.zeros((len(futexes), ncpu), dtype=sd)
+    fields = ("lookups", "atomic_lookups", "bucket", "node", "kernel_bucket")
+    for i, f in enumerate(futexes):
+        for name in KEY_FIELDS:
+            keys[name][i] = f[name]
+        for cpu, v in enumerate(f["per_cpu"][:ncpu]):
+            for name, x in zip(fields, v):
+                stats[name][i, cpu] = x
+    return keys, stats
+
+
+def in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
+    """Which cached futex keys the map holds too (whole keys compared, on
+    the few whose address matches one in the map): exact.listed_futexes's
+    rule with numpy (tests/unit/test_exact.py checks that both agree)."""
+    near = np.isin(cached["uaddr"], mapped["uaddr"])
+    if not near.any():
+        return near
+    sel = np.isin(mapped["uaddr"], cached["uaddr"][near])
+    have = set(zip(*(mapped[f][sel].tolist() for f in KEY_FIELDS)))
+    for i in np.flatnonzero(near).tolist():
+        near[i] = tuple(cached[f][i].item() for f in KEY_FIELDS) in have
+    return near
