@@ -57,6 +57,18 @@ BPF_PROG_ARRAY(waitv_progs, 1);
 #define MEMO_HITS 64
 struct task_memo { u64 regs; u64 gen; u32 tgid; u32 hmask; u16 has_hash; u16 wanted; u32 left; };
 BPF_PERCPU_ARRAY(task_memo, struct task_memo, 1);
+
+static __always_inline void memo_fill(struct task_memo *m, void *regs, u64 gen, u32 tgid, u32 hmask,
+				      u16 has_hash, u16 wanted)
+{
+	m->regs = (u64)regs;
+	m->gen = gen;
+	m->tgid = tgid;
+	m->hmask = hmask;
+	m->has_hash = has_hash;
+	m->wanted = wanted;
+	m->left = MEMO_HITS;
+}
 #endif
 
 #ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
@@ -229,10 +241,7 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 #ifdef TASK_MEMO
 	struct task_memo *tm = m;
 	if (tm && !wanted && nr != NR_prctl) {
-		tm->regs = (u64)regs;
-		tm->gen = gen;
-		tm->wanted = 0;
-		tm->left = MEMO_HITS;
+		memo_fill(tm, regs, gen, tgid, 0, 0, 0);
 		return 0;
 	}
 #endif
@@ -273,15 +282,8 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 		return 0;
 	check_hash(tgid, ident);
 #ifdef TASK_MEMO
-	if (tm && (!fph || (!hstate && !LOAD(void *, mmp, OFF_MM_PHASH_NEW)))) {
-		tm->regs = (u64)regs;
-		tm->gen = gen;
-		tm->tgid = tgid;
-		tm->hmask = hmask;
-		tm->has_hash = hash;
-		tm->wanted = 1;
-		tm->left = MEMO_HITS;
-	}
+	if (tm && (!fph || (!hstate && !LOAD(void *, mmp, OFF_MM_PHASH_NEW))))
+		memo_fill(tm, regs, gen, tgid, hmask, hash, 1);
 #endif
 	return futex_call(ctx, nr, tgid, hash, hmask, hstate, regs);
 }
