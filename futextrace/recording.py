@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from typing import Optional, TypedDict
 
+SCHEMA = "futextrace-recording"
+SCHEMA_VERSION = 1     # raised when a field is removed, renamed or changes meaning (docs/json-schema.md)
+
 
 # --- method and kernel -------------------------------------------------------
 

@@ -10,6 +10,7 @@ from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError
 from futextrace.output.jsonio import open_output
 from futextrace.output.plots import PLOT_SUFFIXES
+from futextrace.recording import Recording
 
 
 class BucketsType(click.ParamType):
@@ -54,7 +55,7 @@ def format_result(r: dict) -> str:
     return "\n".join(lines)
 
 
-def cross_check(r: dict, rec: dict) -> str:
+def cross_check(r: dict, rec: Recording) -> str:
     """The workload's own count beside the tracer's: they should agree closely."""
     pid = (rec.get("command") or {}).get("pid")
     seen = sum(p.get("lookups", 0) for p in rec.get("processes", []) if p.get("pid") == pid)

@@ -9,6 +9,7 @@ from futextrace.output import jsonio
 from futextrace.output.render import render_text
 from futextrace.record.recorder import RecordOptions, record_command, record_pids
 from futextrace.record.startup import set_rt_priority
+from futextrace.recording import Recording
 
 EXAMPLES = """\b
 Examples:
@@ -88,7 +89,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
         if jsonl:
             jsonl.close()   # complete: in place even with no interval line
         if json_out:
-            json_out.write_json(rec)
+            jsonio.write_recording(json_out, rec)
         if text_wanted(json_path, quiet):   # `--json -` stays parseable
             jsonio.echo(render_text(rec, verbose))
     except FileProblem:
@@ -101,7 +102,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     say_target_exited(rec)
 
 
-def say_target_exited(rec: dict) -> None:
+def say_target_exited(rec: Recording) -> None:
     """A -p target that exits ends the run normally (exit 0): say so on stderr."""
     if rec.get("target_exited"):
         click.echo(f"futextrace: note: {rec['target_exited']['note']}", err=True)

@@ -15,6 +15,7 @@ from futextrace.kernel.sizing import buckets_of
 from futextrace.loading.exact import entry_totals
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE, KIND_NAMES, UNKNOWN, total_of, merge_futexes
 from futextrace.record.livewaits import wait_lines
+from futextrace.recording import HashAtAttach, Interval, IntervalProcess, Recording
 
 TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
@@ -40,7 +41,7 @@ def bucket_counts(buckets: list[dict]) -> dict[tuple, tuple[int, tuple]]:
     return out
 
 
-def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -> list[dict]:
+def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -> list[IntervalProcess]:
     """Per process, what happened between two readings: lookups and their rate,
     the hash that took most of them, how many of its futexes and buckets were
     touched, and max/mean over the touched buckets."""
@@ -102,7 +103,7 @@ def _with_bucket_counts(rows: list[dict], per_bucket: dict[int, dict]) -> None:
                               for (node, b), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1]))}
 
 
-def with_hash_state(rows: list[dict], tl: dict) -> None:
+def with_hash_state(rows: list[IntervalProcess], tl: Recording) -> None:
     """The installed hash (what the kernel uses now, not the busiest one seen)
     and a replacement waiting for its pivot, from the timeline so far."""
     for r in rows:
@@ -117,7 +118,7 @@ def _pending_cell(p: dict | None) -> str:
     return "-" if not p else f"{p['buckets']} +{p['since_t']:.1f}s"
 
 
-def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
+def render(row: Interval, procs: list[IntervalProcess], timestamps: bool) -> list[str]:
     """One interval: a totals line, then the busiest processes."""
     ts = time.strftime("%H:%M:%S ") if timestamps else ""
     rate = row["lookups"] / row["interval_s"] if row["interval_s"] else 0
@@ -163,7 +164,7 @@ class IntervalReporter:
     def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
             missed_runs: int, comm_label, comms: dict[int, str],
             buckets: list[dict] | None = None, events: list[dict] | None = None,
-            infer_prctl: bool = False, at_attach: dict | None = None) -> dict:
+            infer_prctl: bool = False, at_attach: HashAtAttach | None = None) -> Interval:
         """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_label).
         With `buckets` (the exact counts), each process's lookups, hash and buckets
         come from them, and only its futex count from the bounded per-futex list;

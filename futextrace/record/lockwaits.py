@@ -5,6 +5,7 @@ from __future__ import annotations
 from futextrace.analysis.contention import section
 from futextrace.loading import contention
 from futextrace.record import targets
+from futextrace.recording import Contention
 
 
 def status(program) -> str:
@@ -25,7 +26,7 @@ def contention_dump(program) -> dict:
             "lock_counters": contention.read_counters(program.bpf), "contention_status": status(program)}
 
 
-def contention_section(raw: dict, duration_s: float, comms: dict[int, str]) -> dict:
+def contention_section(raw: dict, duration_s: float, comms: dict[int, str]) -> Contention:
     rows = raw.get("lock_waits", [])
     names = dict(comms)
     for tgid in {r["tgid"] for r in rows} - set(names):

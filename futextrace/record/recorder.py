@@ -27,6 +27,7 @@ from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.live import IntervalReporter
 from futextrace.record.livewaits import WaitDeltas
 from futextrace.record.lockwaits import contention_dump, contention_section
+from futextrace.recording import Kernel, Method, Recording, Window
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -233,7 +234,7 @@ class Recorder:
             for s, h in old.items():
                 signal.signal(s, h)
 
-    def window(self) -> dict:
+    def window(self) -> Window:
         """The counted window (the recording's `window`): CLOCK_MONOTONIC ns
         bracketing the attach and the detach of the hook that counts."""
         start, end = self.program.counting_from, self.program.counting_until
@@ -286,7 +287,7 @@ class Recorder:
                 "intervals": self.intervals, "missed_runs": self.missed_runs(),
                 **contention_dump(self.program)}
 
-    def _kernel_facts(self) -> dict:
+    def _kernel_facts(self) -> Kernel:
         """The recording's `kernel` section: what the model learned."""
         topo, g = self.model.topology, self.model.global_hash
         return {"release": self.model.release, "online_cpus": topo.online_cpus,
@@ -297,7 +298,7 @@ class Recorder:
                 "futex_hash_bucket_size": self.model.sizes.get("futex_hash_bucket"), "hash_returns": self.model.hash_returns,
                 "mm_layout": self.model.mm_layout}
 
-    def _method_facts(self) -> dict:
+    def _method_facts(self) -> Method:
         """The recording's `method` section: what was attached, why, and its blind spots."""
         inferred = self.method == "tracepoint" and not self.program.exact_prctl
         probes = self.program.probes
@@ -312,7 +313,7 @@ class Recorder:
                                     and ("private_hash" in p or "hash_put" in p or "hash_get" in p
                                          or p.endswith(":futex_hash"))]}
 
-    def recording(self, duration: float) -> dict:
+    def recording(self, duration: float) -> Recording:
         raw = self.dump()
         if self.opts.hash_kind != "all":
             keep = ("private",) if self.opts.hash_kind == "private" else ("global", "global_shared", "global_numa")

@@ -80,3 +80,15 @@ def test_built_recording_is_declared(seen):
     rec = build_recording(raw, {"cpu_node": {"0": 0}}, {"name": "tracepoint"}, 1.0, "now", {7: "w"})
     assert "estimates" in rec["processes"][0]["hashes"][0]
     assert problems(rec, Recording) == []
+
+
+def test_the_types_import_nothing_from_futextrace():
+    """Every layer (kernel to commands) may import futextrace.recording: it sits below them all."""
+    from tests.unit.test_import_graph import load_script
+    edges, _ = load_script().graph()
+    assert edges["futextrace.recording"] == set()
+    users = {m for m, ts in edges.items() if "futextrace.recording" in ts}
+    for module in ("futextrace.record.aggregate", "futextrace.output.jsonio", "futextrace.output.report",
+                   "futextrace.output.render", "futextrace.output.contention", "futextrace.output.report_html",
+                   "futextrace.output.plots_recording", "futextrace.export.reading"):
+        assert module in users, module
