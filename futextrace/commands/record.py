@@ -6,6 +6,7 @@ import click
 from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.output import jsonio
+from futextrace.output.live_text import LiveView
 from futextrace.output.render import render_text
 from futextrace.record.recorder import RecordOptions, record_command, record_pids
 from futextrace.record.startup import set_rt_priority
@@ -77,7 +78,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
                          max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
-                         live_out=jsonio.stdout_output(),
+                         live_out=LiveView(jsonio.stdout_output()),
                          exact_prctl=exact_prctl,
                          command_stdout_to_stderr="-" in (json_path, jsonl_path))
     rec = record_command(list(command), opts) if command else record_pids(opts)
