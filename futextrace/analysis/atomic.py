@@ -15,8 +15,10 @@ output/atomic_text.py.
 """
 from __future__ import annotations
 
+from futextrace.recording import AtomicWindow, Installed, Recording, ResizeCost
 
-def installed_at(pid: int, rec: dict, t: float | None = None) -> dict | None:
+
+def installed_at(pid: int, rec: Recording, t: float | None = None) -> Installed | None:
     """The hash the process used at time t (default: the end): the latest
     pivot or sight of it up to then."""
     seen = [(s["t"], s["buckets"], s["custom"]) for s in rec.get("hash_states", []) if s["pid"] == pid]
@@ -29,7 +31,7 @@ def installed_at(pid: int, rec: dict, t: float | None = None) -> dict | None:
     return {"buckets": buckets, "custom": bool(custom), "since_t": since}
 
 
-def _windows(pid: int, rec: dict) -> list[dict]:
+def _windows(pid: int, rec: Recording) -> list[AtomicWindow]:
     """One window per successful resize that had to wait for its pivot;
     an open one ends with the recording."""
     out = []
@@ -58,7 +60,7 @@ def _windows(pid: int, rec: dict) -> list[dict]:
     return sorted(out, key=lambda w: w["t"])
 
 
-def pending_at(pid: int, rec: dict, t: float) -> int | None:
+def pending_at(pid: int, rec: Recording, t: float) -> int | None:
     """Buckets of the replacement waiting for its pivot at time t, or None."""
     waiting = [w for w in _windows(pid, rec) if w["t"] <= t < w["end_t"] or (w["open"] and w["t"] <= t)]
     return waiting[-1]["new_buckets"] if waiting else None
@@ -75,19 +77,19 @@ def _merged_spans(windows: list[dict]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in spans]
 
 
-def _lookups(pid: int, rec: dict) -> tuple[int, int]:
+def _lookups(pid: int, rec: Recording) -> tuple[int, int]:
     """(private-hash lookups, those made while its refcount was atomic)."""
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), {})
     private = [h for h in proc.get("hashes", []) if h["kind"] == "private"]
     return sum(h["lookups"] for h in private), proc.get("atomic_lookups", 0)
 
 
-def _pids(rec: dict) -> list[int]:
+def _pids(rec: Recording) -> list[int]:
     pids = {r["pid"] for r in rec.get("resizes", [])} | {s["pid"] for s in rec.get("hash_states", [])}
     return sorted(pids)
 
 
-def process_cost(pid: int, rec: dict) -> dict:
+def process_cost(pid: int, rec: Recording) -> ResizeCost:
     """Installed hash, pending replacement and atomic time of one process."""
     measured = rec.get("method", {}).get("name") in ("kprobe", "fentry")   # allocate/pivot hooked
     windows = [{**w, "s": round(w["end_t"] - w["t"], 6)} for w in _windows(pid, rec)]
@@ -108,6 +110,6 @@ def process_cost(pid: int, rec: dict) -> dict:
                        "lookups": atomic, "private_lookups": private, "share": share}}
 
 
-def resize_cost(rec: dict) -> list[dict]:
+def resize_cost(rec: Recording) -> list[ResizeCost]:
     """process_cost() for every process with a hash state or a resize."""
     return [process_cost(pid, rec) for pid in _pids(rec)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from futextrace.kernel.jhash import private_bucket
 from futextrace.kernel.sizing import buckets_of
+from futextrace.recording import Contention, Recording
 
 CAUSES = ("collision", "same_futex", "unknown")
 MAX_SLOTS = 1 << 16          # the largest size advice names
@@ -71,7 +72,7 @@ def by_cause(buckets) -> dict:
 
 
 def section(rows: list[dict], counters: dict, duration_s: float, status: str,
-            comms: dict[int, str] | None = None, top: int = 16) -> dict:
+            comms: dict[int, str] | None = None, top: int = 16) -> Contention:
     """The recording's `contention` section (docs/json-schema.md)."""
     buckets = _buckets(rows)
     procs = []
@@ -120,21 +121,21 @@ def separating_size(colliding: list[int], waiting: list[int], current: int,
 MEASURABLE_MS_PER_S = 0.1
 
 
-def _proc(rec: dict, pid: int) -> dict | None:
+def _proc(rec: Recording, pid: int) -> dict | None:
     c = rec.get("contention") or {}
     return next((p for p in c.get("processes", []) if p["pid"] == pid), None)
 
 
-def measured(rec: dict) -> bool:
+def measured(rec: Recording) -> bool:
     """The recording measured bucket-lock waits (the lock tracepoints were attached)."""
     return (rec.get("contention") or {}).get("status", "").startswith("attached")
 
 
-def _ms_per_s(ns: int, rec: dict) -> float:
+def _ms_per_s(ns: int, rec: Recording) -> float:
     return ns / 1e6 / max(rec["contention"].get("window_s") or 0, 1e-9)
 
 
-def advice(pid: int, rec: dict, cur: int) -> dict:
+def advice(pid: int, rec: Recording, cur: int) -> dict:
     """What the measured bucket-lock waits say about the size (output/explain_advice.py
     words it). verdict: global_hash (its locks are not traced), collision (`slots`
     separates the colliding futexes), no_separating_size, same_futex, untied (waits
@@ -161,7 +162,7 @@ def advice(pid: int, rec: dict, cur: int) -> dict:
     return {**out, "verdict": "nothing_measurable"}
 
 
-def process_figures(rec: dict | None, pid: int | None, private: bool = True) -> dict:
+def process_figures(rec: Recording | None, pid: int | None, private: bool = True) -> dict:
     """A benchmark point's bucket-lock figures (sweep/bench tables): the
     workload's wait ms/s in all and from collisions; "n/a" on the global hash
     (its locks are not traced), {} when not measured."""

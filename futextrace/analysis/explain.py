@@ -16,6 +16,7 @@ from futextrace.analysis import contention, whatif
 from futextrace.analysis.atomic import process_cost
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 from futextrace.kernel.sizing import auto_buckets, next_automatic, threads_before_clone
+from futextrace.recording import Recording
 
 # prctl results as the kernel returns them (negative errno).
 EINVAL, EBUSY, ENOMEM = -errno.EINVAL, -errno.EBUSY, -errno.ENOMEM
@@ -160,14 +161,14 @@ def _apply(st: _State, step: dict) -> None:
         st.pending = step.get("pending_buckets")
 
 
-def _kernel_inputs(rec: dict) -> dict:
+def _kernel_inputs(rec: Recording) -> dict:
     kern = rec.get("kernel", {})
     return {"online_cpus": len(kern.get("online_cpus", [])) or None,
             "global_size": kern.get("global_hash", {}).get("buckets_per_node"),
             "rule": kern.get("clone_rule")}
 
 
-def _items(pid: int, rec: dict) -> list[tuple]:
+def _items(pid: int, rec: Recording) -> list[tuple]:
     """(t, order, what, resize/state, thread) for one process, in time order."""
     resizes = [r for r in rec.get("resizes", []) if r["pid"] == pid]
     news = [t for t in rec.get("threads", []) if t["pid"] == pid and t["event"] == "new"]
@@ -213,7 +214,7 @@ def _at_attach(state: dict, st: _State, k: dict) -> dict:
             "facts": {"state": state}}
 
 
-def explain_process(pid: int, rec: dict) -> dict:
+def explain_process(pid: int, rec: Recording) -> dict:
     k = _kernel_inputs(rec)
     st = _State()
     steps = []
@@ -279,7 +280,7 @@ def group_steps(steps: list[dict]) -> list[dict]:
     return lines
 
 
-def _hash_stats(pid: int, rec: dict) -> dict | None:
+def _hash_stats(pid: int, rec: Recording) -> dict | None:
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), None)
     if not proc:
         return None
@@ -296,7 +297,7 @@ def expected_collisions(futexes: int, buckets: int) -> float:
     return futexes - (buckets - empty)
 
 
-def _whatif(pid: int, rec: dict) -> dict | None:
+def _whatif(pid: int, rec: Recording) -> dict | None:
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), None)
     if not proc or not proc.get("futex_list"):
         return None
@@ -310,7 +311,7 @@ def _whatif(pid: int, rec: dict) -> dict | None:
                         {"futexes_unlisted": unlisted, "lookups_missed": missed, "unattributed": unattributed})
 
 
-def _advice(pid: int, rec: dict, st: _State, cur: int) -> dict:
+def _advice(pid: int, rec: Recording, st: _State, cur: int) -> dict:
     """{verdict, slots, ...}: from the bucket-lock waits the recording measured
     (analysis/contention.py), never from the lookup spread alone; verdict
     global_chosen or not_measured before any wait is read."""
@@ -321,13 +322,13 @@ def _advice(pid: int, rec: dict, st: _State, cur: int) -> dict:
     return contention.advice(pid, rec, cur or st.buckets or 0)   # lookups only on the global hash: the final hash
 
 
-def _shared_share(pid: int, rec: dict) -> float:
+def _shared_share(pid: int, rec: Recording) -> float:
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), {})
     shared = sum(h["lookups"] for h in proc.get("hashes", []) if h["kind"] == "global_shared")
     return shared / proc["lookups"] if proc.get("lookups") else 0.0
 
 
-def no_table_reason(pid: int, rec: dict) -> str:
+def no_table_reason(pid: int, rec: Recording) -> str:
     """Why there is no what-if table: no_list (an older recording), all_shared
     (only shared futexes) or list_full (none of its private futexes listed)."""
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), {})
@@ -338,7 +339,7 @@ def no_table_reason(pid: int, rec: dict) -> str:
     return "list_full"
 
 
-def recommend(pid: int, rec: dict, st: _State) -> dict | None:
+def recommend(pid: int, rec: Recording, st: _State) -> dict | None:
     """A SET_SLOTS value from the what-if table (analysis/whatif.py): the smallest
     size where no hot futex shares a bucket, with its memory cost."""
     h = _hash_stats(pid, rec)
@@ -366,7 +367,7 @@ def recommend(pid: int, rec: dict, st: _State) -> dict | None:
                       "shared_share": _shared_share(pid, rec) if no_table is None else 0.0}}
 
 
-def explain(rec: dict) -> dict:
+def explain(rec: Recording) -> dict:
     """One explanation per process that had a hash event or a thread created,
     and per traced target (an idle one included)."""
     at_attach = rec.get("hash_at_attach") or {}

@@ -13,13 +13,14 @@ Only private keys are placed (shared futexes always use the global hash).
 from __future__ import annotations
 
 from futextrace.kernel.jhash import private_hash
+from futextrace.recording import ProcessFutexList
 
 SIZES = [1 << s for s in range(4, 18)]      # 16 ... 131072, the sizes SET_SLOTS takes that matter
 HOT_SHARE = 0.01          # a hot futex: at least 1% of the process's listed private lookups
 MAX_LISTED = 10000        # futexes kept per process in the recording (busiest first)
 
 
-def futex_list(futexes: list[dict]) -> dict:
+def futex_list(futexes: list[dict]) -> ProcessFutexList:
     """A process's private-key futexes for the recording, busiest first and bounded."""
     private = sorted((f for f in futexes if f["kind"] in ("private", "global")),
                      key=lambda f: -f["lookups"])

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from futextrace.bench import perfbench
 from futextrace.errors import EnvironmentProblem, KernelRefused, TargetError, UsageError
 from futextrace.kernel import errnos
-from futextrace.output.render import render_text
 from futextrace.record.recorder import RecordOptions, record_command
 from futextrace.workload import workload_path
 
@@ -203,8 +202,3 @@ def _read(path: str) -> str:
             return f.read()
     except OSError:
         return ""
-
-
-def render_recording(recording: dict) -> str:
-    """The text summary of a run's recording (futextrace.output.render)."""
-    return render_text(recording)

@@ -8,8 +8,10 @@ from futextrace.bench.ramp_plot import plot_ramp
 from futextrace.bench import runner as bench
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError
+from futextrace.output.bench_text import cross_check, format_result
 from futextrace.output.jsonio import open_output
 from futextrace.output.plots import PLOT_SUFFIXES
+from futextrace.output.render import render_text
 
 
 class BucketsType(click.ParamType):
@@ -38,38 +40,6 @@ def workload_options(f):
 def write_json(path: str, doc: dict) -> None:
     """Through output/jsonio.py: every write error is one line, exit 5."""
     open_output(path).write_json(doc, indent=2)
-
-
-def format_result(r: dict) -> str:
-    """perf-like summary lines for one run."""
-    kind = "shared" if r["shared"] else "private"
-    lines = [f"{r['runner']}: {r['threads']} threads, each on {r['futexes']} [{kind}] futexes, "
-             f"{r['runtime']:.2f} s"]
-    for t in r["per_thread"]:
-        cpu = f" cpu {t['cpu']}" if t.get("cpu", -1) >= 0 else ""
-        lines.append(f"  [thread {t['thread']:2d}]{cpu} {t['ops_per_sec']:>14,.0f} ops/sec")
-    lines.append(f"Averaged {r['avg_ops_per_sec']:,.0f} operations/sec "
-                 f"(+- {r['stddev_pct']:.2f}%)")
-    lines.append(f"Futex hashing: {describe_hash(r)}")
-    return "\n".join(lines)
-
-
-def cross_check(r: dict, rec: dict) -> str:
-    """The workload's own count beside the tracer's: they should agree closely."""
-    pid = (rec.get("command") or {}).get("pid")
-    seen = sum(p.get("lookups", 0) for p in rec.get("processes", []) if p.get("pid") == pid)
-    if r.get("total_ops") is None:
-        return f"Traced: {seen:,} futex lookups by the workload"
-    ratio = f" ({seen / r['total_ops']:.4f} of its ops)" if r["total_ops"] else ""
-    return f"Traced: {seen:,} futex lookups; the workload counted {r['total_ops']:,} ops{ratio}"
-
-
-def describe_hash(r: dict) -> str:
-    req = bench.buckets_label(r["buckets_requested"])
-    if r["slots"] is None:
-        return f"requested {req}, in use: unknown (this perf does not report it)"
-    used = "global hash" if r["slots"] == 0 else f"{r['slots']} buckets"
-    return f"requested {req}, in use: {used}"
 
 
 EXAMPLES = """\b
@@ -116,10 +86,10 @@ def command(threads, futexes, runtime, shared, mlockall, buckets, runner, json_p
     for note in doc["notes"]:
         click.echo(f"note: {note}", err=True)
     if text_wanted(json_path):
-        click.echo(format_result(doc["result"]))
+        click.echo(format_result(doc["result"], bench.buckets_label(doc["result"]["buckets_requested"])))
         if doc["recording"] is not None:
             click.echo(cross_check(doc["result"], doc["recording"]))
-            click.echo("\n" + bench.render_recording(doc["recording"]))
+            click.echo("\n" + render_text(doc["recording"]))
     if json_path:
         write_json(json_path, {"schema": "futextrace-bench", "schema_version": 1, **doc})
 

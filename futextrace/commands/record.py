@@ -6,9 +6,11 @@ import click
 from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.output import jsonio
+from futextrace.output.live_text import LiveView
 from futextrace.output.render import render_text
 from futextrace.record.recorder import RecordOptions, record_command, record_pids
 from futextrace.record.startup import set_rt_priority
+from futextrace.recording import Recording
 
 EXAMPLES = """\b
 Examples:
@@ -76,7 +78,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
                          max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
-                         live_out=jsonio.stdout_output(),
+                         live_out=LiveView(jsonio.stdout_output()),
                          exact_prctl=exact_prctl,
                          command_stdout_to_stderr="-" in (json_path, jsonl_path))
     rec = record_command(list(command), opts) if command else record_pids(opts)
@@ -88,7 +90,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
         if jsonl:
             jsonl.close()   # complete: in place even with no interval line
         if json_out:
-            json_out.write_json(rec)
+            jsonio.write_recording(json_out, rec)
         if text_wanted(json_path, quiet):   # `--json -` stays parseable
             jsonio.echo(render_text(rec, verbose))
     except FileProblem:
@@ -101,7 +103,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     say_target_exited(rec)
 
 
-def say_target_exited(rec: dict) -> None:
+def say_target_exited(rec: Recording) -> None:
     """A -p target that exits ends the run normally (exit 0): say so on stderr."""
     if rec.get("target_exited"):
         click.echo(f"futextrace: note: {rec['target_exited']['note']}", err=True)

@@ -37,6 +37,7 @@ from futextrace.export.families import exporter_families, families
 from futextrace.export.reading import from_recording, result_name
 from futextrace.export.series import HighWater, SeriesBook
 from futextrace.record import targets
+from futextrace.recording import Recording
 
 COST_FACTOR = 5
 READ_BUDGET_S = 0.5     # below Prometheus' scrape_timeout even at a 1 s scrape interval
@@ -136,7 +137,7 @@ class FutexCollector:
             self.cached = fams
             self.served_at = now
 
-    def _forget_gone(self, rec: dict, reading, now: float) -> None:
+    def _forget_gone(self, rec: Recording, reading, now: float) -> None:
         """Processes gone for the grace period leave the recorder (events,
         comm, map entries), their resizes folded into one counter here."""
         forget = getattr(self.recorder, "forget", None)

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from futextrace.analysis.atomic import resize_cost
+from futextrace.recording import HashSummary, Process, Recording, ResizeCost
 
 # Totals fields exported as counters, with their metric name suffix.
 TOTAL_COUNTERS = {"unattributed": "unattributed_lookups", "lost_events": "lost_events",
@@ -56,7 +57,7 @@ def result_name(result) -> str:
     return names.get(result, f"errno{-result}" if isinstance(result, int) else "unknown")
 
 
-def _current_hash(proc: dict, states: dict[int, dict]) -> tuple[int | None, str | None]:
+def _current_hash(proc: Process, states: dict[int, dict]) -> tuple[int | None, str | None]:
     """(buckets, kind) of the hash the process uses now: its last hash state
     or successful resize, else the busiest hash its lookups went to."""
     st = states.get(proc["pid"])
@@ -73,14 +74,14 @@ def _current_hash(proc: dict, states: dict[int, dict]) -> tuple[int | None, str 
     return busiest["buckets"], None   # custom or auto is only known from a hash state
 
 
-def _estimated(h: dict, name: str) -> int:
+def _estimated(h: HashSummary, name: str) -> int:
     """A hash figure: the estimate's value where it has one (beyond the
     per-futex list), else the exact count."""
     est = (h.get("estimates") or {}).get(name) or {}
     return est["value"] if "value" in est else h[name]
 
 
-def _process(proc: dict, states: dict[int, dict], costs: dict[int, dict]) -> ProcessReading:
+def _process(proc: Process, states: dict[int, dict], costs: dict[int, ResizeCost]) -> ProcessReading:
     lookups = Counter()
     for h in proc.get("hashes", []):
         lookups["private" if h["kind"] == "private" else "global"] += h["lookups"]
@@ -101,7 +102,7 @@ def _process(proc: dict, states: dict[int, dict], costs: dict[int, dict]) -> Pro
     return p
 
 
-def from_recording(rec: dict) -> Reading:
+def from_recording(rec: Recording) -> Reading:
     # Later entries win: the last state. A successful resize that took over is
     # a state too (recordings without hash_states); one still waiting for its
     # pivot is not installed; a hash_states entry is newer information.

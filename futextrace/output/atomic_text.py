@@ -1,8 +1,10 @@
 """What resizes cost a process (analysis/atomic.py), in words."""
 from __future__ import annotations
 
+from futextrace.recording import ResizeCost
 
-def installed_text(c: dict) -> str:
+
+def installed_text(c: ResizeCost) -> str:
     """'32 buckets (installed), 64 pending since +0.552 s' and the like."""
     inst = c["installed"]
     if inst is None:
@@ -18,7 +20,7 @@ def installed_text(c: dict) -> str:
     return text
 
 
-def atomic_text(c: dict) -> str | None:
+def atomic_text(c: ResizeCost) -> str | None:
     """One line on atomic refcount time, or None when there was none."""
     a = c["atomic"]
     if not a["windows"]:

@@ -3,6 +3,7 @@ buckets that waited most (analysis/contention.py builds the section)."""
 from __future__ import annotations
 
 from futextrace.output.words import blind_spot_lines, count_noun
+from futextrace.recording import Contention
 
 
 def _ms(ns: int) -> str:
@@ -25,7 +26,7 @@ NOT_VISIBLE = ("  n/a: no private-hash lookup was traced, and only private-hash 
                "are not traced)")
 
 
-def contention_lines(c: dict | None, top: int = 5) -> list[str]:
+def contention_lines(c: Contention | None, top: int = 5) -> list[str]:
     if not c:
         return []
     head = ["", f"Bucket-lock waits: {c['status']}"]

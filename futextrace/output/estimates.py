@@ -1,8 +1,10 @@
 """How an estimate reads, in every output: "≈ N (±x%)"."""
 from __future__ import annotations
 
+from futextrace.recording import Estimate
 
-def approx(est: dict) -> str:
+
+def approx(est: Estimate) -> str:
     """An estimate as "≈ N (±x%)" (recordings made before the first-seen
     filter hold bounds instead: "low..high")."""
     if "value" not in est:

@@ -9,6 +9,7 @@ from futextrace.output.explain_advice import worded_recommendation
 from futextrace.output.history_text import at_attach_text
 from futextrace.output.whatif_text import render as whatif_lines
 from futextrace.output.words import count_noun
+from futextrace.recording import Recording
 
 RULES = {
     "thread+vm": "a clone allocates only with CLONE_THREAD|CLONE_VM",
@@ -189,7 +190,7 @@ def worded(expl: dict) -> dict:
     return {**expl, "processes": [_worded_process(p, k) for p in expl["processes"]]}
 
 
-def explained(rec: dict) -> dict:
+def explained(rec: Recording) -> dict:
     return worded(explain(rec))
 
 

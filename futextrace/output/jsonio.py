@@ -24,6 +24,7 @@ import sys
 import tempfile
 
 from futextrace.errors import FileProblem
+from futextrace.recording import Interval, Recording
 
 MAX_READ_BYTES = 512 << 20     # a recording of a busy hour is a few MiB
 
@@ -63,7 +64,8 @@ class Output:
         self.write(json.dumps(data, indent=indent) + "\n")
         self.close()
 
-    def write_jsonl(self, row: dict) -> None:
+    def write_jsonl(self, row: Interval | dict) -> None:
+        """One line: a `-i` interval (the recording's `intervals[]`) or a snapshot."""
         self._stream = True
         self.write(json.dumps(row) + "\n")
 
@@ -259,6 +261,11 @@ def write_file(path: str, text: str) -> None:
 
 def write_json(out: Output, data: dict) -> None:
     out.write_json(data)
+
+
+def write_recording(out: Output, rec: Recording) -> None:
+    """`record --json`: the recording (futextrace/recording.py), indented by one."""
+    out.write_json(rec)
 
 
 def read_bounded(path: str, what: str = "file", limit: int = MAX_READ_BYTES) -> bytes:

@@ -13,6 +13,7 @@ from futextrace.output.estimates import approx
 from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import (MAX_PANELS, add_footnote, fold_threshold, footnote_text,
                                             pid_names, save, who)
+from futextrace.recording import HashSummary, Process, Recording
 
 TOP_FUTEXES = 6          # futexes given a colour of their own, per panel
 LOG_SPAN = 100           # log y once the busiest used bucket has over 100x the quietest
@@ -25,19 +26,19 @@ def bucket_index(key: str, per_node: int) -> int:
     return (int(node) * per_node if node else 0) + int(bucket)
 
 
-def _per_node(rec: dict, h: dict) -> int:
+def _per_node(rec: Recording, h: HashSummary) -> int:
     if h["kind"] == "private":
         return h["buckets"]
     nodes = ((rec.get("kernel") or {}).get("global_hash") or {}).get("nodes") or 1
     return max(1, h["buckets"] // nodes)
 
 
-def _futex_lookups(proc: dict) -> dict[int, int]:
+def _futex_lookups(proc: Process) -> dict[int, int]:
     listed = (proc.get("futex_list") or {}).get("listed") or []
     return {int(f["uaddr"], 16): f["lookups"] for f in listed}
 
 
-def _members(rec: dict, proc: dict, h: dict, futexes: dict[int, int]) -> dict[int, list[int]]:
+def _members(rec: Recording, proc: Process, h: HashSummary, futexes: dict[int, int]) -> dict[int, list[int]]:
     """x position → listed futex addresses in that bucket. A private futex's bucket
     is computed (it depends on the address alone); a global one's is known only
     for the hottest buckets, whose addresses the recording lists."""
@@ -56,7 +57,7 @@ def _members(rec: dict, proc: dict, h: dict, futexes: dict[int, int]) -> dict[in
     return out
 
 
-def stacks(rec: dict, proc: dict, h: dict) -> tuple[dict[int, int], dict[int, dict[int, float]], bool]:
+def stacks(rec: Recording, proc: Process, h: HashSummary) -> tuple[dict[int, int], dict[int, dict[int, float]], bool]:
     """(lookups per x position, {x: {futex: lookups}}, estimated). A futex's
     lookups are the process's, over all its hashes; where a bucket's listed
     futexes add up to more than the bucket counted, they are scaled down to fit
@@ -76,7 +77,7 @@ def stacks(rec: dict, proc: dict, h: dict) -> tuple[dict[int, int], dict[int, di
     return counts, split, estimated
 
 
-def _panels(rec: dict, names: dict) -> tuple[list[tuple[dict, dict]], list[str]]:
+def _panels(rec: Recording, names: dict) -> tuple[list[tuple[Process, HashSummary]], list[str]]:
     """(process, hash) pairs that get a panel, busiest first; the rest as footnote items."""
     pairs = sorted(((p, h) for p in rec.get("processes") or [] for h in p.get("hashes") or []),
                    key=lambda ph: -ph[1].get("lookups", 0))
@@ -91,13 +92,13 @@ def _panels(rec: dict, names: dict) -> tuple[list[tuple[dict, dict]], list[str]]
     return drawn, folded
 
 
-def _kind(h: dict) -> str:
+def _kind(h: HashSummary) -> str:
     return "private hash" if h["kind"] == "private" else {
         "global": "global hash", "global_numa": "global hash (NUMA)",
         "global_shared": "global hash (shared futexes)"}.get(h["kind"], f"{h['kind']} hash")
 
 
-def _futexes_phrase(h: dict) -> str:
+def _futexes_phrase(h: HashSummary) -> str:
     """Distinct futexes and collisions, as bounds where the recording says they are."""
     est = h.get("estimates") or {}
     d, c = est.get("distinct_futexes"), est.get("collisions")
@@ -109,7 +110,7 @@ def _futexes_phrase(h: dict) -> str:
     return f"{h.get('distinct_futexes', 0):,} distinct futexes, {h.get('collisions', 0):,} beyond one per bucket"
 
 
-def _title(names: dict, p: dict, h: dict, used: int) -> str:
+def _title(names: dict, p: Process, h: HashSummary, used: int) -> str:
     im = h.get("imbalance") or {}
     head = (f"{who(names, p['pid'])}: {_kind(h)}, {h['buckets']:,} buckets, {h['lookups']:,} lookups, "
             f"{used:,} buckets used")
@@ -157,7 +158,7 @@ def _draw_stacks(ax, counts: dict[int, int], split: dict, colours: dict, log: bo
         ax.set_ylim(bottom=0)
 
 
-def _draw_members(ax, h: dict, split: dict, n_buckets: int) -> None:
+def _draw_members(ax, h: HashSummary, split: dict, n_buckets: int) -> None:
     """Distinct listed futexes per bucket (a lower bound where the list is incomplete)."""
     xs = sorted(split)
     ys = [len([a for a, n in split[x].items() if n > 0]) for x in xs]
@@ -172,7 +173,7 @@ def _draw_members(ax, h: dict, split: dict, n_buckets: int) -> None:
     ax.locator_params(axis="y", nbins=3, integer=True)
 
 
-def _panel(rec: dict, names: dict, p: dict, h: dict, ax, strip) -> None:
+def _panel(rec: Recording, names: dict, p: Process, h: HashSummary, ax, strip) -> None:
     counts, split, estimated = stacks(rec, p, h)
     colours = _colours(split, h["lookups"])
     used = [v for v in counts.values() if v > 0]
@@ -199,11 +200,11 @@ def _panel(rec: dict, names: dict, p: dict, h: dict, ax, strip) -> None:
                       "is not in this recording)", fontsize=8)
 
 
-def plot_buckets(rec: dict, path: Path) -> Path:
+def plot_buckets(rec: Recording, path: Path) -> Path:
     return save(figure_buckets(rec), path)
 
 
-def figure_buckets(rec: dict):
+def figure_buckets(rec: Recording):
     """One panel per busy hash (see the module's docstring); hashes with few lookups
     are named in a footnote."""
     plt = pyplot()

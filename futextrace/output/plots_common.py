@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 from futextrace.output.plots import save_figure
+from futextrace.recording import Recording
 
 FOLD_SHARE = 0.02    # a hash or process with under 2% of the recording's lookups is folded...
 FOLD_MIN = 20        # ...and so is one with under 20 lookups, whatever its share
@@ -19,13 +20,13 @@ def save(fig, path: Path) -> Path:
     return save_figure(fig, path, bbox_inches="tight")
 
 
-def fold_threshold(rec: dict) -> int:
+def fold_threshold(rec: Recording) -> int:
     """Fewest lookups a hash or process needs for a panel of its own."""
     total = (rec.get("totals") or {}).get("lookups") or 0
     return max(FOLD_MIN, int(FOLD_SHARE * total + 0.999))
 
 
-def pid_names(rec: dict) -> dict[int, str]:
+def pid_names(rec: Recording) -> dict[int, str]:
     """One name per pid for every picture: the process's name from `processes`
     (the thread group leader's), else from the hash at attach, else from the
     first resize or hash state seen (which may be a thread's name)."""

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import save
+from futextrace.recording import CpuRow, Recording
 
 GROUP_BY_NODE = 32      # more CPUs than this: gaps and labels between nodes
 GAP = 2                 # bar widths between two nodes' groups
 MAX_CPU_TICKS = 32      # number at most this many CPUs on the axis
 
 
-def _positions(rows: list[dict]) -> tuple[list[float], list[tuple[int, float, float]]]:
+def _positions(rows: list[CpuRow]) -> tuple[list[float], list[tuple[int, float, float]]]:
     """x of each row (rows sorted by node, then CPU) and (node, first x, last x) per node."""
     xs, groups, x, prev = [], [], 0.0, None
     grouped = len(rows) > GROUP_BY_NODE
@@ -30,7 +31,7 @@ def _positions(rows: list[dict]) -> tuple[list[float], list[tuple[int, float, fl
     return xs, groups
 
 
-def _ticks(ax, rows: list[dict], xs: list[float]) -> None:
+def _ticks(ax, rows: list[CpuRow], xs: list[float]) -> None:
     step = 1
     while len(rows) / step > MAX_CPU_TICKS:
         step *= 2
@@ -39,11 +40,11 @@ def _ticks(ax, rows: list[dict], xs: list[float]) -> None:
                   rotation=0 if len(picked) <= 24 else 90)
 
 
-def plot_cpus(rec: dict, path: Path) -> Path:
+def plot_cpus(rec: Recording, path: Path) -> Path:
     return save(figure_cpus(rec), path)
 
 
-def figure_cpus(rec: dict):
+def figure_cpus(rec: Recording):
     plt = pyplot()
     rows = sorted(rec.get("per_cpu") or [], key=lambda r: (r.get("node") or 0, r["cpu"]))
     fig, ax = plt.subplots(figsize=(10 if len(rows) > 16 else 7, 4.6), dpi=110, layout="constrained")

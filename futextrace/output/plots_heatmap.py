@@ -9,9 +9,10 @@ from pathlib import Path
 from futextrace.output.plots import pyplot
 from futextrace.output.plots_buckets import bucket_index
 from futextrace.output.plots_common import pid_names, save, who
+from futextrace.recording import Interval, Recording
 
 
-def _busiest(intervals: list[dict]) -> int | None:
+def _busiest(intervals: list[Interval]) -> int | None:
     totals: dict[int, int] = {}
     for iv in intervals:
         for p in iv.get("processes") or []:
@@ -26,7 +27,7 @@ def _hash_size(name: str | None) -> int:
     return int(parts[1]) if len(parts) == 2 and parts[0] == "private" and parts[1].isdigit() else 0
 
 
-def _matrix(intervals: list[dict], pid: int) -> tuple[list[float], list[list[float]], int]:
+def _matrix(intervals: list[Interval], pid: int) -> tuple[list[float], list[list[float]], int]:
     """(x edges, rows × columns of lookups/s, bucket rows)."""
     cols, edges = [], []
     for iv in intervals:
@@ -50,11 +51,11 @@ def _matrix(intervals: list[dict], pid: int) -> tuple[list[float], list[list[flo
     return edges, grid, rows
 
 
-def plot_heatmap(rec: dict, path: Path) -> Path:
+def plot_heatmap(rec: Recording, path: Path) -> Path:
     return save(figure_heatmap(rec), path)
 
 
-def figure_heatmap(rec: dict):
+def figure_heatmap(rec: Recording):
     from matplotlib.colors import LogNorm
     plt = pyplot()
     intervals = rec.get("intervals") or []

@@ -5,16 +5,17 @@ the recording measured lock waits (its `contention` section says attached)."""
 from __future__ import annotations
 
 from futextrace.analysis.contention import measured
+from futextrace.recording import HashSummary, Process, Recording
 
 CAUSE_COLOURS = {"collision": "tab:red", "same_futex": "tab:blue", "unknown": "0.55"}
 CAUSE_NAMES = {"collision": "collision", "same_futex": "one futex", "unknown": "futex unknown"}
 
 
-def wanted(rec: dict) -> bool:
+def wanted(rec: Recording) -> bool:
     return measured(rec)
 
 
-def waits_by_bucket(rec: dict, pid: int, buckets: int) -> tuple[dict[int, tuple[float, str]], int]:
+def waits_by_bucket(rec: Recording, pid: int, buckets: int) -> tuple[dict[int, tuple[float, str]], int]:
     """({bucket: (wait ms, cause)} for this process's hash of `buckets` buckets,
     buckets that waited but are not in the recording's top list)."""
     proc = next((q for q in (rec.get("contention") or {}).get("processes", []) if q["pid"] == pid), None)
@@ -25,7 +26,7 @@ def waits_by_bucket(rec: dict, pid: int, buckets: int) -> tuple[dict[int, tuple[
     return rows, max(0, proc.get("buckets_waited", 0) - len(proc.get("buckets", [])))
 
 
-def draw(rec: dict, p: dict, h: dict, ax, n_buckets: int) -> None:
+def draw(rec: Recording, p: Process, h: HashSummary, ax, n_buckets: int) -> None:
     """Wait ms per bucket as bars, or a line saying why there are none."""
     ax.set_xlim(-0.5, n_buckets - 0.5)
     ax.tick_params(labelsize=8)

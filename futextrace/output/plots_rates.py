@@ -7,9 +7,10 @@ from pathlib import Path
 from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import (MAX_PANELS, add_footnote, footnote_text, pid_names, save,
                                             who)
+from futextrace.recording import Recording
 
 
-def _series(rec: dict) -> dict[int, tuple[list[float], list[float]]]:
+def _series(rec: Recording) -> dict[int, tuple[list[float], list[float]]]:
     """pid → (interval ends, lookups/s): 0 in an interval where it made none."""
     intervals = rec.get("intervals") or []
     pids = {p["pid"] for iv in intervals for p in iv.get("processes") or []}
@@ -22,11 +23,11 @@ def _series(rec: dict) -> dict[int, tuple[list[float], list[float]]]:
     return out
 
 
-def plot_rates(rec: dict, path: Path) -> Path:
+def plot_rates(rec: Recording, path: Path) -> Path:
     return save(figure_rates(rec), path)
 
 
-def figure_rates(rec: dict):
+def figure_rates(rec: Recording):
     plt = pyplot()
     names = pid_names(rec)
     series = _series(rec)

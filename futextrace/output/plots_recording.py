@@ -12,6 +12,7 @@ from futextrace.output.plots_heatmap import plot_heatmap
 from futextrace.output.plots_rates import plot_rates
 from futextrace.output.plots_resizes import plot_resizes
 from futextrace.output.plots_whatif import plot_whatif
+from futextrace.recording import Recording
 
 __all__ = ["plot_buckets", "plot_cpus", "plot_heatmap", "plot_rates", "plot_resizes", "plot_whatif", "plot_recording"]
 
@@ -43,7 +44,7 @@ PICTURES = {
 }
 
 
-def plot_recording(rec: dict, out_dir: Path) -> list[Path]:
+def plot_recording(rec: Recording, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     return [draw(rec, out_dir / name) for name, (draw, _) in PICTURES.items()]
 

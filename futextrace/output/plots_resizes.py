@@ -13,6 +13,7 @@ from matplotlib.transforms import offset_copy
 from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import (add_footnote, footnote_text, pid_names, pow2_label, save,
                                             who)
+from futextrace.recording import Recording, Resize
 
 LABEL_PT = 8           # font size of the trigger labels
 MAX_LINES = 8          # processes drawn; the rest are named in the footnote
@@ -39,7 +40,7 @@ def place_labels(ax, labels: list[tuple]) -> None:
             dy += LABEL_PT + 2
 
 
-def _start(rec: dict, pid: int, rs: list[dict]) -> int | None:
+def _start(rec: Recording, pid: int, rs: list[Resize]) -> int | None:
     """Buckets at t = 0: the hash at attach, else what the first resize replaced."""
     state = ((rec.get("hash_at_attach") or {}).get("processes") or {}).get(str(pid))
     if state is not None and state.get("buckets") is not None:
@@ -49,7 +50,7 @@ def _start(rec: dict, pid: int, rs: list[dict]) -> int | None:
     return None
 
 
-def _first_seen(rec: dict) -> dict[int, tuple[float, int]]:
+def _first_seen(rec: Recording) -> dict[int, tuple[float, int]]:
     seen: dict[int, tuple[float, int]] = {}
     for s in rec.get("hash_states") or []:
         if s.get("pid") is not None and s["pid"] not in seen and s.get("buckets") is not None:
@@ -57,9 +58,9 @@ def _first_seen(rec: dict) -> dict[int, tuple[float, int]]:
     return seen
 
 
-def _lines(rec: dict) -> dict[int, tuple[list[float], list[int], list[dict]]]:
+def _lines(rec: Recording) -> dict[int, tuple[list[float], list[int], list[Resize]]]:
     """pid → (xs, ys, resizes) for every process with a known hash."""
-    by_pid: dict[int, list[dict]] = {}
+    by_pid: dict[int, list[Resize]] = {}
     for r in rec.get("resizes") or []:
         by_pid.setdefault(r["pid"], []).append(r)
     attach = ((rec.get("hash_at_attach") or {}).get("processes") or {})
@@ -100,7 +101,7 @@ def _pow2_axis(ax, values: list[int]) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "0 (global)" if v == 0 else pow2_label(v)))
 
 
-def _markers(ax, rs: list[dict], colour: str, once, labels: list) -> None:
+def _markers(ax, rs: list[Resize], colour: str, once, labels: list) -> None:
     fig = ax.figure
     above = offset_copy(ax.transData, fig=fig, y=MARK_OFFSET_PT, units="points")
     below = offset_copy(ax.transData, fig=fig, y=-MARK_OFFSET_PT, units="points")
@@ -118,7 +119,7 @@ def _markers(ax, rs: list[dict], colour: str, once, labels: list) -> None:
         labels.append((r["t"], asked, r.get("trigger") or "?", colour))
 
 
-def plot_resizes(rec: dict, path: Path) -> Path:
+def plot_resizes(rec: Recording, path: Path) -> Path:
     return save(figure_resizes(rec), path)
 
 
@@ -136,7 +137,7 @@ def _unchanged_groups(lines: dict, pids: list[int], names: dict) -> list[tuple[i
     return out
 
 
-def figure_resizes(rec: dict):
+def figure_resizes(rec: Recording):
     plt = pyplot()
     names = pid_names(rec)
     lookups = {p["pid"]: p.get("lookups", 0) for p in rec.get("processes") or []}

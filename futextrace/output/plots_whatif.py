@@ -11,9 +11,10 @@ from futextrace.analysis import whatif
 from futextrace.output.plots import pyplot
 from futextrace.output.plots_common import FOOTNOTE_CHARS, pid_names, pow2_label, save, who
 from futextrace.output.whatif_text import worded_table
+from futextrace.recording import Process, Recording
 
 
-def _subject(rec: dict) -> tuple[dict, dict, int] | None:
+def _subject(rec: Recording) -> tuple[Process, dict, int] | None:
     """(process, its what-if table, its current private buckets or 0) for the
     busiest process that has a per-futex list."""
     bucket_bytes = (rec.get("kernel") or {}).get("futex_hash_bucket_size")
@@ -26,11 +27,11 @@ def _subject(rec: dict) -> tuple[dict, dict, int] | None:
     return None
 
 
-def plot_whatif(rec: dict, path: Path) -> Path:
+def plot_whatif(rec: Recording, path: Path) -> Path:
     return save(figure_whatif(rec), path)
 
 
-def figure_whatif(rec: dict):
+def figure_whatif(rec: Recording):
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
     plt = pyplot()
     fig, (shared, busiest) = plt.subplots(2, 1, figsize=(10, 6), dpi=110, sharex=True, layout="constrained")

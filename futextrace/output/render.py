@@ -11,9 +11,11 @@ from futextrace.output.estimates import approx
 from futextrace.output.words import blind_spot_lines, count_noun
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 from futextrace.output.contention import contention_lines
+from futextrace.recording import (FutexDetail, FutexList, HashAtAttach, HashSummary, HistSlot, Method, Process,
+                                  Recording, Resize)
 
 
-def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:
+def log2_hist(rows: list[HistSlot], label: str, width: int = 40) -> list[str]:
     """Like BCC's print_log2_hist with strip_leading_zero: `low -> high : count |****|`,
     from the first power of two that holds a value (the `0 -> 0` row of unused
     buckets kept): 16 buckets of a million lookups each are one row, not 21."""
@@ -28,18 +30,18 @@ def log2_hist(rows: list[dict], label: str, width: int = 40) -> list[str]:
     return out
 
 
-def _strip_leading_zero(rows: list[dict]) -> list[dict]:
+def _strip_leading_zero(rows: list[HistSlot]) -> list[HistSlot]:
     zero = [r for r in rows if r["high"] == 0 and r["count"]]
     powers = [r for r in rows if r["high"] > 0]
     first = next((i for i, r in enumerate(powers) if r["count"]), len(powers))
     return zero + powers[first:]
 
 
-def _stats_meaningful(h: dict) -> bool:
+def _stats_meaningful(h: HashSummary) -> bool:
     return h["lookups"] >= max(h["imbalance"]["buckets"], MIN_HIST_LOOKUPS)
 
 
-def _buckets_desc(h: dict) -> str:
+def _buckets_desc(h: HashSummary) -> str:
     if h["kind"] == "private":
         return f"private hash, {h['buckets']} buckets"
     if h["kind"] == "global_shared":
@@ -47,7 +49,7 @@ def _buckets_desc(h: dict) -> str:
     return f"global hash ({h['kind']}), {h['buckets']} buckets"
 
 
-def _futex_bounds(h: dict) -> str:
+def _futex_bounds(h: HashSummary) -> str:
     """Distinct futexes: exact, or an estimate that names its method."""
     est = h.get("estimates", {}).get("distinct_futexes")
     if not est:
@@ -58,12 +60,12 @@ def _futex_bounds(h: dict) -> str:
             f"{h['futex_detail']['lookups_listed']:,} of these lookups)")
 
 
-def _collisions(h: dict) -> str:
+def _collisions(h: HashSummary) -> str:
     est = h.get("estimates", {}).get("collisions")
     return f"{h['collisions']:,}" if not est else approx(est)
 
 
-def _hash_section(h: dict) -> list[str]:
+def _hash_section(h: HashSummary) -> list[str]:
     lines = [f"  {_buckets_desc(h)}: {h['lookups']:,} lookups, {_futex_bounds(h)}"]
     if "imbalance" not in h:
         why = BUCKET_NOT_VISIBLE if h["kind"] == "global_shared" else h.get("note", "")   # older notes too
@@ -87,7 +89,7 @@ def _hash_section(h: dict) -> list[str]:
     return lines
 
 
-def _futex_list_lines(fl: dict | None) -> list[str]:
+def _futex_list_lines(fl: FutexList | None) -> list[str]:
     """What the per-futex list could not hold, when it could not hold all."""
     if not fl or fl["complete"]:
         return []
@@ -104,7 +106,7 @@ def _futex_list_lines(fl: dict | None) -> list[str]:
             "futex counts, distinct futexes and collisions are bounds"]
 
 
-def _hottest_caveat(detail: dict) -> str:
+def _hottest_caveat(detail: FutexDetail) -> str:
     if detail.get("complete", True):
         return ""
     if "futexes_unlisted" in detail:
@@ -115,7 +117,7 @@ def _hottest_caveat(detail: dict) -> str:
 ATTACH_ROWS = 20   # system-wide, many processes have a hash: the busiest threads first
 
 
-def _attach_section(att: dict | None, shown: set[int] | None = None, folded: set[int] | None = None,
+def _attach_section(att: HashAtAttach | None, shown: set[int] | None = None, folded: set[int] | None = None,
                     verbose: bool = False, comms: dict[int, str] | None = None) -> list[str]:
     """Each traced process's hash when tracing began (hash_at_attach), unless
     verbose without the processes folded above and, system-wide, without those
@@ -161,7 +163,7 @@ def _after(seen: str, pending_s: float) -> str:
     return f"{seen} at once (under 1 us)" if pending_s < 0.5e-6 else f"{seen} after {pending_s * 1000:.3f} ms"
 
 
-def _resize_section(resizes: list[dict], folded: set[int] | None = None, verbose: bool = False) -> list[str]:
+def _resize_section(resizes: list[Resize], folded: set[int] | None = None, verbose: bool = False) -> list[str]:
     """The resize list: request, inputs, result, old -> new, pending time; those
     of the processes folded above counted on one line unless verbose."""
     out = ["", "Resizes:"]
@@ -193,7 +195,7 @@ FOLD_SHARE = 0.01     # under 1% of the recording's lookups...
 FOLD_TOP = 10         # ...or beyond the 10 busiest: folded (targets never are)
 
 
-def fold_processes(rec: dict) -> tuple[list[dict], list[dict]]:
+def fold_processes(rec: Recording) -> tuple[list[Process], list[Process]]:
     """(processes shown in full, processes folded): the busiest FOLD_TOP with at
     least FOLD_SHARE of the lookups, and every -p target or launched command."""
     procs = rec["processes"]
@@ -206,7 +208,7 @@ def fold_processes(rec: dict) -> tuple[list[dict], list[dict]]:
     return shown, [p for p in procs if id(p) not in ids]
 
 
-def _folded_section(folded: list[dict], verbose: bool) -> list[str]:
+def _folded_section(folded: list[Process], verbose: bool) -> list[str]:
     if not folded:
         return []
     n, lookups = len(folded), sum(p["lookups"] for p in folded)
@@ -221,7 +223,7 @@ def _folded_section(folded: list[dict], verbose: bool) -> list[str]:
     return out
 
 
-def _process_blocks(rec: dict, shown: list[dict]) -> list[str]:
+def _process_blocks(rec: Recording, shown: list[Process]) -> list[str]:
     """One block per process shown in full: its hash, refcount time, each hash it used."""
     costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
     out = []
@@ -235,7 +237,7 @@ def _process_blocks(rec: dict, shown: list[dict]) -> list[str]:
     return out
 
 
-def method_lines(m: dict) -> list[str]:
+def method_lines(m: Method) -> list[str]:
     """The method, why (one line per method skipped), its probes, and one line
     per blind spot: a paragraph of semicolons is read by nobody."""
     reasons = re.split(r"; (?=[\w-]+ not usable: )", m["why"])
@@ -245,7 +247,7 @@ def method_lines(m: dict) -> list[str]:
             *blind_spot_lines(m["blind_spots"], "  ")]
 
 
-def render_text(rec: dict, verbose: bool = False) -> str:
+def render_text(rec: Recording, verbose: bool = False) -> str:
     t = rec["totals"]
     m = rec["method"]
     out = [*method_lines(m), "",

@@ -4,16 +4,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from futextrace.record.aggregate import SCHEMA, SCHEMA_VERSION
 from futextrace.errors import FileProblem
 from futextrace.output.jsonio import read_bounded, write_file
 from futextrace.output.report_html import page
+from futextrace.recording import SCHEMA, SCHEMA_VERSION, Recording
 
 # Keys render_text() needs; a file without them cannot be rendered.
 REQUIRED = ("method", "totals", "duration_s", "processes", "per_cpu", "per_node", "refcount", "resizes")
 
 
-def load_recording(path: str) -> dict:
+def load_recording(path: str) -> Recording:
     """The recording in `path`, or a FileProblem that says why it is not one."""
     def not_rec(why: str) -> FileProblem:
         return FileProblem(f"{path} is not a futextrace recording ({why})")
@@ -34,7 +34,7 @@ def load_recording(path: str) -> dict:
     return rec
 
 
-def write_html(path: str, rec: dict, title: str, text: str, images: list[Path]) -> None:
+def write_html(path: str, rec: Recording, title: str, text: str, images: list[Path]) -> None:
     """One self-contained page (output/report_html.py): header, caveats, the
     pictures inlined as base64 with captions, tables, the text report."""
     from futextrace.output.plots_recording import PICTURES   # matplotlib: only for pictures

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from futextrace.output.estimates import approx
 from futextrace.output.plots_common import pid_names
+from futextrace.recording import Recording
 
 MAX_ROWS = 40     # process and resize tables: the busiest / first rows
 
@@ -52,7 +53,7 @@ def _table(head: list[str] | None, rows: list[list], left: int = 0, cls: str = "
     return "\n".join(out) + "</table>"
 
 
-def _what_was_traced(rec: dict) -> str:
+def _what_was_traced(rec: Recording) -> str:
     cmd = rec.get("command") or {}
     if cmd.get("argv"):
         status = cmd.get("exit_status")
@@ -64,7 +65,7 @@ def _what_was_traced(rec: dict) -> str:
     return "the whole system"
 
 
-def header(rec: dict) -> str:
+def header(rec: Recording) -> str:
     """Host, kernel, method, what was traced, start, duration and totals."""
     t = rec.get("totals") or {}
     k = rec.get("kernel") or {}
@@ -88,7 +89,7 @@ def header(rec: dict) -> str:
     return _table(None, [[f"<b>{_e(a)}</b>", b] for a, b in facts], left=2, cls="facts")
 
 
-def caveats(rec: dict) -> str:
+def caveats(rec: Recording) -> str:
     """What the method cannot see and what the counts lack, as wrapped text."""
     m = rec.get("method") or {}
     t = rec.get("totals") or {}
@@ -116,7 +117,7 @@ def caveats(rec: dict) -> str:
     return "".join(f'<div class="caveat">{i}</div>' for i in items)
 
 
-def process_table(rec: dict) -> str:
+def process_table(rec: Recording) -> str:
     names = pid_names(rec)
     rows = []
     for p in (rec.get("processes") or [])[:MAX_ROWS]:
@@ -134,7 +135,7 @@ def process_table(rec: dict) -> str:
             + (f"<p>…and {more} more processes (all in the text report below).</p>" if more > 0 else ""))
 
 
-def resize_table(rec: dict) -> str:
+def resize_table(rec: Recording) -> str:
     names = pid_names(rec)
     rows = []
     for r in (rec.get("resizes") or [])[:MAX_ROWS]:
@@ -151,7 +152,7 @@ def resize_table(rec: dict) -> str:
                    "request to pivot"], rows, left=3)
 
 
-def cpu_table(rec: dict) -> str:
+def cpu_table(rec: Recording) -> str:
     rows = [[_n(r.get("node")), _n(len(r.get("cpus") or [])), _n(r.get("lookups")), _n(r.get("private")),
              _n(r.get("global")), _n(r.get("atomic"))] for r in rec.get("per_node") or []]
     return _table(["node", "CPUs", "lookups", "private", "global", "atomic (of private)"], rows)
@@ -167,7 +168,7 @@ def figures(images: list[Path], captions: dict[str, str]) -> str:
     return "\n".join(out)
 
 
-def page(rec: dict, title: str, text: str, images: list[Path], captions: dict[str, str]) -> str:
+def page(rec: Recording, title: str, text: str, images: list[Path], captions: dict[str, str]) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -29,9 +29,10 @@ from futextrace.analysis.whatif import futex_list
 from futextrace.kernel.layout import KIND
 from futextrace.kernel.sizing import buckets_of
 from futextrace.loading.exact import UNKNOWN, futex_share
+from futextrace.recording import (CpuRow, Estimate, Estimates, FutexDetail, FutexList, HashSummary, HistSlot,
+                                  Imbalance, Kernel, Method, NodeRow, Process, Recording, Refcount, SCHEMA,
+                                  SCHEMA_VERSION, SeenFilter, Totals)
 
-SCHEMA = "futextrace-recording"
-SCHEMA_VERSION = 1
 KIND_NAMES = {v: k.removeprefix("FT_").lower() for k, v in KIND.items()}
 # Shown (text) and given as the reason beside null (JSON) wherever a figure needs
 # the bucket of a shared futex, which is not recorded (bucket UNKNOWN).
@@ -78,7 +79,7 @@ def total_of(per_cpu: list[CpuStat]) -> CpuStat:
     return CpuStat(sum(v.lookups for v in per_cpu), sum(v.atomic for v in per_cpu), *seen[2:])
 
 
-def _log2_slots(values: list[int]) -> list[dict]:
+def _log2_slots(values: list[int]) -> list[HistSlot]:
     """BCC-style log2 histogram: slot k holds values in [2^k, 2^(k+1)); 0 apart."""
     slots: dict[int, int] = defaultdict(int)
     for v in values:
@@ -92,7 +93,7 @@ def _log2_slots(values: list[int]) -> list[dict]:
     return out
 
 
-def imbalance(counts: list[int]) -> dict:
+def imbalance(counts: list[int]) -> Imbalance:
     """max/mean, coefficient of variation, buckets used, over *all* buckets."""
     n = len(counts)
     total = sum(counts)
@@ -114,7 +115,7 @@ def _by_bucket(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
-def futex_detail(lookups: int, futexes: list[dict], unlisted: int | None = None) -> dict:
+def futex_detail(lookups: int, futexes: list[dict], unlisted: int | None = None) -> FutexDetail:
     """What the per-futex list (bounded: the `futexes` map and the cache) holds
     of a hash's futexes. `unlisted`: futexes the first-seen filter counted that
     the list could not take (None: a dump from before the filter, where the
@@ -128,12 +129,12 @@ def futex_detail(lookups: int, futexes: list[dict], unlisted: int | None = None)
             "lookups_listed": listed}
 
 
-def filter_method(seen: dict) -> str:
+def filter_method(seen: SeenFilter) -> str:
     return (f"first-seen filter (Bloom: {seen['bits_per_key']} bits per futex in "
             f"{seen.get('words_per_key', 1)} words of {seen['words'] * 64:,} bits)")
 
 
-def _estimate(counted: int, extra_max: float, method: str) -> dict:
+def _estimate(counted: int, extra_max: float, method: str) -> Estimate:
     """A count the filter may have undercounted by up to extra_max: the middle
     of [counted, counted + extra_max], and the half-width as a percentage."""
     value = counted + extra_max / 2
@@ -141,7 +142,7 @@ def _estimate(counted: int, extra_max: float, method: str) -> dict:
             "method": method}
 
 
-def filter_estimates(distinct: int, collisions: int, unlisted: int, seen: dict | None) -> dict | None:
+def filter_estimates(distinct: int, collisions: int, unlisted: int, seen: SeenFilter | None) -> Estimates | None:
     """Estimates when some futexes are counted only by the filter (beyond the
     list), or when the filter may have missed one: a new futex is taken as seen
     with probability at most false_positive_rate (its fill only grows), so up to
@@ -159,7 +160,7 @@ def filter_estimates(distinct: int, collisions: int, unlisted: int, seen: dict |
                     "the first-seen filter may have taken a new futex as seen"}
 
 
-def _futex_estimates(detail: dict, collisions: int) -> dict:
+def _futex_estimates(detail: FutexDetail, collisions: int) -> Estimates:
     """Each lookup the list misses may be one more distinct futex (or collision)."""
     missed = detail["lookups_missed"]
     return {"distinct_futexes": {"low": detail["futexes_listed"], "high": detail["futexes_listed"] + missed},
@@ -168,12 +169,12 @@ def _futex_estimates(detail: dict, collisions: int) -> dict:
                     "each missed lookup may add at most one futex or collision"}
 
 
-def _unlisted(brows: list[dict], seen: dict | None) -> int | None:
+def _unlisted(brows: list[dict], seen: SeenFilter | None) -> int | None:
     return sum(r.get("unlisted", 0) for r in brows) if seen else None
 
 
 def _hash_summary(kind: str, nbuckets: int, brows: list[dict], futexes: list[dict],
-                  seen: dict | None = None) -> dict:
+                  seen: SeenFilter | None = None) -> HashSummary:
     """Bucket figures from the exact per-bucket counts; futex figures from the
     per-futex list and, beyond it, the first-seen filter's counts per bucket
     (estimates), or bounds in recordings made before the filter."""
@@ -271,7 +272,7 @@ def _group(rows: list[dict], key) -> dict:
 
 
 def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int,
-                    seen: dict | None) -> list[dict]:
+                    seen: SeenFilter | None) -> list[HashSummary]:
     """One summary per hash a process used, busiest first."""
     def hash_of(r):
         return (r["kind"], r["hash_mask"])
@@ -294,7 +295,7 @@ def _process_hashes(brows: list[dict], futexes: list[dict], global_buckets: int,
 
 
 def _processes(brows: list[dict], futexes: list[dict], comms: dict[int, str],
-               global_buckets: int, seen: dict | None = None) -> list[dict]:
+               global_buckets: int, seen: SeenFilter | None = None) -> list[Process]:
     by_tgid, listed = _group(brows, lambda r: r["tgid"]), _group(futexes, lambda r: r["tgid"])
     return [{"pid": tgid, "comm": comms.get(tgid, ""), "lookups": _lookups(rs),
              "atomic_lookups": sum(r["atomic"] for r in rs if r["kind"] == "private"),
@@ -303,7 +304,7 @@ def _processes(brows: list[dict], futexes: list[dict], comms: dict[int, str],
             for tgid, rs in sorted(by_tgid.items(), key=lambda kv: -_lookups(kv[1]))]
 
 
-def _per_cpu_rows(per_cpu: dict, cpu_node: dict[int, int], counters: dict[str, list[int]]) -> list[dict]:
+def _per_cpu_rows(per_cpu: dict, cpu_node: dict[int, int], counters: dict[str, list[int]]) -> list[CpuRow]:
     rows = []
     for cpu in sorted(set(per_cpu) | set(cpu_node)):
         row = {"cpu": cpu, "node": cpu_node.get(cpu, 0), **per_cpu[cpu]}
@@ -314,7 +315,7 @@ def _per_cpu_rows(per_cpu: dict, cpu_node: dict[int, int], counters: dict[str, l
     return rows
 
 
-def _per_node_rows(per_cpu_rows: list[dict]) -> list[dict]:
+def _per_node_rows(per_cpu_rows: list[CpuRow]) -> list[NodeRow]:
     out = []
     for node in sorted({r["node"] for r in per_cpu_rows}):
         rows = [r for r in per_cpu_rows if r["node"] == node]
@@ -323,7 +324,7 @@ def _per_node_rows(per_cpu_rows: list[dict]) -> list[dict]:
     return out
 
 
-def totals_of(counters: dict[str, int], raw: dict, duration_s: float) -> dict:
+def totals_of(counters: dict[str, int], raw: dict, duration_s: float) -> Totals:
     """The recording's `totals` (without its futex_list) from the summed counters."""
     unreadable = counters.get("UNATTR_UNREADABLE", 0)   # lookups of unknown hash: in the total only
     total = counters.get("PRIVATE", 0) + counters.get("GLOBAL", 0) + unreadable
@@ -342,8 +343,8 @@ def totals_of(counters: dict[str, int], raw: dict, duration_s: float) -> dict:
     }
 
 
-def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
-                    started_at: str, comms: dict[int, str] | None = None) -> dict:
+def build_recording(raw: dict, kernel: Kernel, method: Method, duration_s: float,
+                    started_at: str, comms: dict[int, str] | None = None) -> Recording:
     """The recording (docs/json-schema.md) from a raw dump and the kernel model."""
     cpu_node = {int(k): v for k, v in kernel.get("cpu_node", {}).items()}
     global_buckets = kernel.get("global_hash", {}).get("buckets_per_node", 0) * len(kernel.get("nodes") or [0])
@@ -357,7 +358,7 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
                                               "note": "not read (a recording made without it)"}
     timeline = build_timeline(raw.get("events", []), kernel,
                               infer_prctl=method.get("prctl_results") == "inferred", at_attach=at_attach)
-    rec = {
+    rec: Recording = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "started_at": started_at, "duration_s": duration_s, "method": method, "kernel": kernel,
         "host": platform.node(),
@@ -373,7 +374,7 @@ def build_recording(raw: dict, kernel: dict, method: dict, duration_s: float,
     return rec
 
 
-def _futex_list(raw: dict, counters: dict, brows: list[dict], futexes: list[dict]) -> dict:
+def _futex_list(raw: dict, counters: dict, brows: list[dict], futexes: list[dict]) -> FutexList:
     """The per-futex list as a whole: how much of the exact count it holds."""
     seen = raw.get("seen_filter")
     out = {"capacity": raw.get("futex_capacity"), "full": bool(counters.get("FUTEXES_FULL", 0)),
@@ -383,7 +384,7 @@ def _futex_list(raw: dict, counters: dict, brows: list[dict], futexes: list[dict
     return out
 
 
-def refcount_of(counters: dict, method: dict, brows: list[dict]) -> dict:
+def refcount_of(counters: dict, method: Method, brows: list[dict]) -> Refcount:
     """The recording's `refcount`: probed counters, or (tracepoint method)
     inferred from the private-hash rows of `brows` (kind, lookups, atomic)."""
     if method.get("name") == "tracepoint":

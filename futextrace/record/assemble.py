@@ -7,6 +7,7 @@ from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED
 from futextrace.record import targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.lockwaits import contention_section
+from futextrace.recording import Recording
 
 
 def kernel_facts(model) -> dict:
@@ -44,7 +45,7 @@ def raw_dump(session, reader, intervals: list[dict]) -> dict:
     return {**reader.dump(), "events": session.events, "intervals": intervals}
 
 
-def recording(session, reader, duration: float, intervals: list[dict] | None = None) -> dict:
+def recording(session, reader, duration: float, intervals: list[dict] | None = None) -> Recording:
     """The recording (docs/json-schema.md) of a session whose counting has stopped."""
     opts = session.opts
     raw = raw_dump(session, reader, intervals if intervals is not None else [])

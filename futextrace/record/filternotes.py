@@ -8,6 +8,7 @@ import os
 import sys
 
 from futextrace.record import commwatch, targets
+from futextrace.recording import Recording
 
 
 def _cgroup_empty(path: str) -> bool:
@@ -46,7 +47,7 @@ def say_waiting(opts, watch) -> None:
         print(f"futextrace: {line}", file=sys.stderr, flush=True)
 
 
-def unmatched(opts, rec: dict, seen: set[int]) -> str | None:
+def unmatched(opts, rec: Recording, seen: set[int]) -> str | None:
     """The error for a --comm/--cgroup filter that no process passed during the
     run: no lookups, no hash event, nothing listed at attach."""
     if opts.pids or not (opts.comms or opts.cgroups):

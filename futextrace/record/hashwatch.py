@@ -7,9 +7,10 @@ from futextrace.record import targets
 from futextrace.record.hashread import WATCH, header
 from futextrace.record.hashrows import describe
 from futextrace.record.recorder import RecordOptions, record_pids
+from futextrace.recording import Recording
 
 
-def latest_states(rec: dict) -> dict[int, dict]:
+def latest_states(rec: Recording) -> dict[int, dict]:
     """pid -> its last hash state in the recording."""
     out: dict[int, dict] = {}
     for s in sorted(rec.get("hash_states", []), key=lambda s: s["t"]):

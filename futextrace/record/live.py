@@ -2,23 +2,17 @@
 
 Each interval the recorder hands over the cumulative per-futex counts (the
 map plus the per-CPU cache, merged); this module turns two such readings into
-per-process rates for the interval and renders them. Pure Python on plain
+per-process rates for the interval (output/live_text.py words them). Pure Python on plain
 data, unit-tested on recorded counts.
 """
 from __future__ import annotations
-
-import time
 
 from futextrace.analysis.atomic import installed_at, process_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.kernel.sizing import buckets_of
 from futextrace.loading.exact import entry_totals
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE, KIND_NAMES, UNKNOWN, total_of, merge_futexes
-from futextrace.record.livewaits import wait_lines
-
-TOP = 10   # processes shown per interval, busiest first
-CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top
-
+from futextrace.recording import HashAtAttach, Interval, IntervalProcess, Recording
 
 def futex_counts(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
     """(tgid, kind, uaddr, hash_mask) -> (cumulative lookups, bucket)."""
@@ -40,7 +34,7 @@ def bucket_counts(buckets: list[dict]) -> dict[tuple, tuple[int, tuple]]:
     return out
 
 
-def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -> list[dict]:
+def processes(prev: dict, now: dict, interval_s: float, comms: dict[int, str]) -> list[IntervalProcess]:
     """Per process, what happened between two readings: lookups and their rate,
     the hash that took most of them, how many of its futexes and buckets were
     touched, and max/mean over the touched buckets."""
@@ -102,7 +96,7 @@ def _with_bucket_counts(rows: list[dict], per_bucket: dict[int, dict]) -> None:
                               for (node, b), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1]))}
 
 
-def with_hash_state(rows: list[dict], tl: dict) -> None:
+def with_hash_state(rows: list[IntervalProcess], tl: Recording) -> None:
     """The installed hash (what the kernel uses now, not the busiest one seen)
     and a replacement waiting for its pivot, from the timeline so far."""
     for r in rows:
@@ -111,40 +105,6 @@ def with_hash_state(rows: list[dict], tl: dict) -> None:
         r["installed"] = None if inst is None else (f"private {inst['buckets']}" if inst["buckets"] else "global")
         pend = process_cost(r["pid"], tl)["pending"]
         r["pending"] = pend and {"buckets": pend["buckets"], "since_t": pend["since_t"]}
-
-
-def _pending_cell(p: dict | None) -> str:
-    return "-" if not p else f"{p['buckets']} +{p['since_t']:.1f}s"
-
-
-def render(row: dict, procs: list[dict], timestamps: bool) -> list[str]:
-    """One interval: a totals line, then the busiest processes."""
-    ts = time.strftime("%H:%M:%S ") if timestamps else ""
-    rate = row["lookups"] / row["interval_s"] if row["interval_s"] else 0
-    extra = ""
-    if row["unattributed"]:
-        extra += f"  unattributed {row['unattributed']} (map full)"
-    if row["lost_events"]:
-        extra += f"  lost events {row['lost_events']}"
-    if row.get("missed_runs"):
-        extra += f"  skipped probe runs {row['missed_runs']}"
-    span = row["interval_s"] or 1
-    lines = [f"{ts}+{row['t']:.1f}s  lookups/s {rate:,.0f}  (private {row['private'] / span:,.0f}/s, "
-             f"global {row['global'] / span:,.0f}/s)  resizes so far {row['resizes']}{extra}"]
-    if procs:
-        lines.append(f"  {'PID':>7} {'COMM':<16} {'HASH':<14} {'LOOKUPS/s':>12} {'FUTEXES':>7} "
-                     f"{'BUCKETS':>7} {'MAX/MEAN':>8} {'PENDING':>12}")
-        for p in procs[:TOP]:
-            touched = "n/a" if p["buckets_touched"] is None else p["buckets_touched"]
-            mom = "n/a" if p["max_over_mean"] is None else f"{p['max_over_mean']:.2f}"
-            lines.append(f"  {p['pid']:>7} {p['comm'][:16]:<16} {p.get('installed') or p['hash']:<14} "
-                         f"{p['lookups_per_s']:>12,.0f} {p['futexes']:>7} {touched:>7} "
-                         f"{mom:>8} {_pending_cell(p.get('pending')):>12}")
-        if len(procs) > TOP:
-            lines.append(f"  ... {len(procs) - TOP} more processes")
-        if any(p["buckets_touched"] is None for p in procs[:TOP]):
-            lines.append(f"  BUCKETS, MAX/MEAN {BUCKET_NOT_VISIBLE}")
-    return lines + wait_lines(row)
 
 
 class IntervalReporter:
@@ -163,7 +123,7 @@ class IntervalReporter:
     def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
             missed_runs: int, comm_label, comms: dict[int, str],
             buckets: list[dict] | None = None, events: list[dict] | None = None,
-            infer_prctl: bool = False, at_attach: dict | None = None) -> dict:
+            infer_prctl: bool = False, at_attach: HashAtAttach | None = None) -> Interval:
         """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_label).
         With `buckets` (the exact counts), each process's lookups, hash and buckets
         come from them, and only its futex count from the bounded per-futex list;
@@ -202,14 +162,12 @@ class IntervalReporter:
         return row
 
     def show(self, row: dict) -> None:
-        """Print the interval; outputs are output/jsonio.Output (the command
-        gives them: output/ sits above record/), so a write error is a
-        FileProblem the recorder turns into the end of the run. Without an
-        output the row is kept and written as a JSON line only."""
+        """Print the interval; the outputs are output/'s (the command gives
+        them: output/ sits above record/): `out` an output/live_text.LiveView,
+        which words the row, `jsonl` an output/jsonio.Output, so a write error
+        is a FileProblem the recorder turns into the end of the run. Without
+        an output the row is kept and written as a JSON line only."""
         if self.out is not None:
-            text = "\n".join(render(row, row["processes"], self.timestamps))
-            if self.out.file.isatty():
-                text = CLEAR + text   # redraw in place, like top
-            self.out.write(text + "\n")
+            self.out.show(row, self.timestamps)
         if self.jsonl:
             self.jsonl.write_jsonl(row)

@@ -47,16 +47,3 @@ class WaitDeltas:
                 "processes": [{"pid": t, "comm": comms.get(t, "?"), "wait_ms_per_s": per_s(ns)}
                               for t, ns in sorted(procs.items(), key=lambda kv: -kv[1])],
                 "top_buckets": buckets[:TOP_BUCKETS]}
-
-
-def wait_lines(row: dict) -> list[str]:
-    lw = row.get("lock_waits")
-    if not lw or not lw["waits"]:
-        return []
-    c = lw["by_cause_ms_per_s"]
-    lines = [f"  bucket-lock waits {lw['waits']:,} ({lw['wait_ms_per_s']} ms/s: collision {c['collision']}, "
-             f"same futex {c['same_futex']})"
-             + "".join(f"  {p['pid']} {p['comm'][:16]} {p['wait_ms_per_s']} ms/s" for p in lw["processes"][:3])]
-    lines += [f"    bucket {b['bucket']}/{b['buckets']} of {b['pid']}: {b['waits']:,} waits, "
-              f"{b['wait_ms_per_s']} ms/s, {b['cause']}" for b in lw["top_buckets"]]
-    return lines

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from futextrace.analysis.contention import section
 from futextrace.record import targets
+from futextrace.recording import Contention
 
 
-def contention_section(raw: dict, duration_s: float, comms: dict[int, str]) -> dict:
+def contention_section(raw: dict, duration_s: float, comms: dict[int, str]) -> Contention:
     rows = raw.get("lock_waits", [])
     names = dict(comms)
     for tgid in {r["tgid"] for r in rows} - set(names):

@@ -49,7 +49,7 @@ class RecordOptions:
     max_futexes: int | None = None    # None: loader.default_max_futexes()
     timestamps: bool = False
     jsonl: object | None = None       # output/jsonio.Output for per-interval JSON lines
-    live_out: object | None = None    # output/jsonio.Output for per-interval text (None: not printed)
+    live_out: object | None = None    # output/live_text.LiveView for per-interval text (None: not printed)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
     command_stdout_to_stderr: bool = False   # our stdout carries JSON: the command's goes to stderr

@@ -121,8 +121,8 @@ def text_report(report):
     """`doctor`'s text. In a VM guest, the JSON run's report rendered by the function
     the CLI prints it with: a second doctor run costs minutes of compiles under TCG."""
     if in_vm_guest():
-        from futextrace.commands.doctor import _text
-        return _text(report) + "\n"
+        from futextrace.output.doctor_text import doctor_text
+        return doctor_text(report) + "\n"
     r = cli("doctor")
     assert r.returncode == 0, r.stderr
     return r.stdout

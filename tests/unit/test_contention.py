@@ -74,7 +74,8 @@ def test_no_size_when_futexes_never_part_below_the_limit():
 
 
 def test_live_interval_rates_and_causes():
-    from futextrace.record.livewaits import WaitDeltas, wait_lines
+    from futextrace.output.live_text import wait_lines
+    from futextrace.record.livewaits import WaitDeltas
     a, b = _pair(True)
     d = WaitDeltas()
     first = d.interval([row(1, 3, a, 10, 2_000_000)], 1.0, {1: "w"})

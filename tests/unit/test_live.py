@@ -1,5 +1,6 @@
 """The live view's per-interval arithmetic on hand-made snapshots."""
 from futextrace.kernel.layout import KIND
+from futextrace.output import live_text
 from futextrace.record import live
 
 
@@ -27,19 +28,19 @@ def test_rates_come_from_the_difference_between_snapshots():
 def test_idle_interval_lists_nobody():
     snap = live.futex_counts([futex(10, 0x1000, 100, 3)])
     assert live.processes(snap, snap, 1.0, {}) == []
-    lines = live.render({"t": 1.0, "interval_s": 1.0, "lookups": 0, "private": 0, "global": 0,
+    lines = live_text.render({"t": 1.0, "interval_s": 1.0, "lookups": 0, "private": 0, "global": 0,
                          "unattributed": 5, "lost_events": 0, "resizes": 2}, [], False)
     assert lines == ["+1.0s  lookups/s 0  (private 0/s, global 0/s)  resizes so far 2"
                      "  unattributed 5 (map full)"]
 
 
 def test_skipped_probe_runs_are_shown():
-    lines = live.render({"t": 2.0, "interval_s": 1.0, "lookups": 10, "private": 10, "global": 0,
+    lines = live_text.render({"t": 2.0, "interval_s": 1.0, "lookups": 10, "private": 10, "global": 0,
                          "unattributed": 0, "lost_events": 0, "missed_runs": 7, "resizes": 0}, [], False)
     assert lines[0].endswith("skipped probe runs 7")
 
 
 def test_the_totals_line_gives_rates_not_counts():
-    lines = live.render({"t": 2.0, "interval_s": 0.5, "lookups": 300, "private": 200, "global": 100,
+    lines = live_text.render({"t": 2.0, "interval_s": 0.5, "lookups": 300, "private": 200, "global": 100,
                          "unattributed": 0, "lost_events": 0, "resizes": 1}, [], False)
     assert lines == ["+2.0s  lookups/s 600  (private 400/s, global 200/s)  resizes so far 1"]

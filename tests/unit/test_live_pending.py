@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from futextrace.analysis.timeline import build_timeline
+from futextrace.output import live_text
 from futextrace.record import live
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -30,7 +31,7 @@ def test_a_waiting_set_slots_is_pending_beside_the_installed_hash():
     r = rows([SEEN16, PRCTL64, ev("FTE_HASH_SEEN", 0.52, tid=101, **AUTO16)], 0.6)
     assert r["installed"] == "private 16"
     assert r["pending"] == {"buckets": 64, "since_t": 0.5}
-    text = "\n".join(live.render({"t": 0.6, "interval_s": 0.1, "lookups": 1, "private": 1, "global": 0,
+    text = "\n".join(live_text.render({"t": 0.6, "interval_s": 0.1, "lookups": 1, "private": 1, "global": 0,
                                   "unattributed": 0, "lost_events": 0, "resizes": 2},
                                  [{**r, "comm": "w", "lookups_per_s": 10.0, "futexes": 1,
                                    "buckets_touched": 1, "max_over_mean": 1.0}], False))

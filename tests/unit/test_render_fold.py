@@ -7,6 +7,7 @@ from pathlib import Path
 
 from futextrace.kernel.layout import KIND
 from futextrace.output.render import FOLD_TOP, fold_processes, log2_hist, render_text
+from futextrace.output import live_text
 from futextrace.record import live
 
 SAMPLE = Path(__file__).parent.parent / "data" / "recording-tp-auto.json"
@@ -90,7 +91,7 @@ def test_live_view_shared_buckets_are_null_with_a_reason():
     after = live.futex_counts([shared_futex(10, 0x1000, 50), shared_futex(10, 0x2000, 30)])
     (row,) = live.processes({}, after, 1.0, {10: "app"})
     assert (row["buckets_touched"], row["max_over_mean"], row["buckets_unknown"]) == (None, None, NA)
-    lines = live.render({"t": 1.0, "interval_s": 1.0, "lookups": 80, "private": 0, "global": 80,
+    lines = live_text.render({"t": 1.0, "interval_s": 1.0, "lookups": 80, "private": 0, "global": 80,
                          "unattributed": 0, "lost_events": 0, "resizes": 0}, [row], False)
     assert lines[2].split()[5:7] == ["n/a", "n/a"] and lines[3] == f"  BUCKETS, MAX/MEAN {NA}"
     buckets = [{"tgid": 10, "kind": KIND["FT_GLOBAL_SHARED"], "hash_mask": 0, "bucket": 0xFFFFFFFF,
