@@ -22,17 +22,17 @@
 BPF_PERCPU_HASH(futexes, struct futex_stat_key, struct futex_stat, MAX_FUTEXES);
 BPF_PERCPU_HASH(buckets, struct bucket_key, struct bucket_stat, MAX_BUCKETS);
 BPF_PERCPU_ARRAY(counters, u64, FTC_NR);
-/* The lookup cache: FCACHE_SLOTS slots per CPU, CPU n's at [n * FCACHE_SLOTS].
+/* The lookup cache: FUTEX_CACHE_SLOTS slots per CPU, CPU n's at [n * FUTEX_CACHE_SLOTS].
  * A plain array, not a per-CPU one: its slots are contiguous (a per-CPU
  * array's elements are separate allocations reached through a pointer table),
  * which measurably saves a cache miss per lookup. Each CPU writes only its
  * own range, and the kernel runs one instance of a program per CPU at a time.
  * Memory-mapped by user space, which reads it without a syscall per slot. */
 #define BPF_F_MMAPABLE_ (1U << 10)
-BPF_F_TABLE("array", u32, struct cache_slot, fcache, FCACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
-/* Beside it, per CPU, the per-bucket cache: direct-mapped, BCACHE_SLOTS slots
- * per CPU, CPU n's at [n * BCACHE_SLOTS]; memory-mapped by user space too. */
-BPF_F_TABLE("array", u32, struct bcache_slot, bcache, BCACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
+BPF_F_TABLE("array", u32, struct cache_slot, futex_cache, FUTEX_CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
+/* Beside it, per CPU, the per-bucket cache: direct-mapped, BUCKET_CACHE_SLOTS slots
+ * per CPU, CPU n's at [n * BUCKET_CACHE_SLOTS]; memory-mapped by user space too. */
+BPF_F_TABLE("array", u32, struct bucket_cache_slot, bucket_cache, BUCKET_CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
 /* The first-seen filter (see futextrace.h): 2^SEEN_WORDS_LOG2 words shared by
  * all CPUs, set once per futex and read on lookup-cache misses only.
  * Memory-mapped by user space, which reads its fill for the error bound. */
@@ -393,21 +393,21 @@ static __always_inline int flush_to_futexes(struct cache_slot *cs, int may_inser
 /* This CPU's slot of the per-bucket cache for a bucket: the hash instance
  * (process, kind, size, node) picks a base and its buckets follow on from
  * there, so the buckets of one hash never evict one another (up to
- * BCACHE_SLOTS of them), and the base is ready before jhash2's bucket. */
+ * BUCKET_CACHE_SLOTS of them), and the base is ready before jhash2's bucket. */
 static __always_inline u32 bslot_of(u32 tgid, u32 kind, u32 hash_mask, s32 node, u32 bucket)
 {
 	u64 x = ((u64)tgid << 32) ^ ((u64)kind << 24) ^ hash_mask ^ ((u64)(u32)node << 40);
-	u32 base = (x * 0x9E3779B97F4A7C15ULL) >> (64 - BCACHE_BITS);
-	return bpf_get_smp_processor_id() * BCACHE_SLOTS + ((base + bucket) & (BCACHE_SLOTS - 1));
+	u32 base = (x * 0x9E3779B97F4A7C15ULL) >> (64 - BUCKET_CACHE_BITS);
+	return bpf_get_smp_processor_id() * BUCKET_CACHE_SLOTS + ((base + bucket) & (BUCKET_CACHE_SLOTS - 1));
 }
 
 /* The per-bucket cache's slot `i`, holding the bucket whose key is the three
  * words w0..w2 (struct bucket_key's layout): a slot held by another bucket
  * goes to `buckets` first (the flush rule in futextrace.h) and is taken over.
  * NULL: a CPU beyond NR_CPU_IDS (cannot happen). */
-static __always_inline struct bcache_slot *bcache_slot(u32 i, u64 w0, u64 w1, u64 w2)
+static __always_inline struct bucket_cache_slot *bucket_cache_slot(u32 i, u64 w0, u64 w1, u64 w2)
 {
-	struct bcache_slot *b = bcache.lookup(&i);
+	struct bucket_cache_slot *b = bucket_cache.lookup(&i);
 	if (!b)
 		return 0;
 	u64 *k = (u64 *)&b->key;
@@ -428,14 +428,14 @@ static __always_inline struct bcache_slot *bcache_slot(u32 i, u64 w0, u64 w1, u6
 /* A slot's counts added up in the per-bucket cache: an array slot, no map
  * update. `unlisted`: 1 for a futex's first lookup that the per-futex list
  * could not take. */
-static __always_inline void flush_to_bcache(struct cache_slot *cs, u32 unlisted)
+static __always_inline void flush_to_bucket_cache(struct cache_slot *cs, u32 unlisted)
 {
 	struct bucket_key bk;
 	struct bucket_stat add;
 	slot_bucket(cs, &bk, &add);
 	add.unlisted = unlisted;
 	u64 *w = (u64 *)&bk;
-	struct bcache_slot *b = bcache_slot(bslot_of(bk.tgid, bk.kind, bk.hash_mask, bk.node, bk.bucket),
+	struct bucket_cache_slot *b = bucket_cache_slot(bslot_of(bk.tgid, bk.kind, bk.hash_mask, bk.node, bk.bucket),
 					    w[0], w[1], w[2]);
 	if (!b) {
 		add_to_buckets(&bk, &add);
@@ -452,7 +452,7 @@ static __always_inline void flush_slot(struct cache_slot *cs)
 {
 	if (cs->st.lookups > 1 && flush_to_futexes(cs, 0))
 		return;
-	flush_to_bcache(cs, 0);
+	flush_to_bucket_cache(cs, 0);
 }
 
 /*
@@ -529,8 +529,8 @@ static __always_inline int slot_hit(struct cache_slot *cs, struct futex_stat_key
 static __always_inline u32 slot_of(struct futex_stat_key *key)
 {
 	u64 x = (key->uaddr >> 2) ^ ((u64)key->tgid << 32) ^ key->hash_mask;
-	u32 way = (x * 0x9E3779B97F4A7C15ULL) >> (64 - FCACHE_BITS);
-	return bpf_get_smp_processor_id() * FCACHE_SLOTS + (way & (FCACHE_SLOTS - 2));
+	u32 way = (x * 0x9E3779B97F4A7C15ULL) >> (64 - FUTEX_CACHE_BITS);
+	return bpf_get_smp_processor_id() * FUTEX_CACHE_SLOTS + (way & (FUTEX_CACHE_SLOTS - 2));
 }
 
 /*
@@ -548,7 +548,7 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
 static __always_inline int count_streamed(struct futex_stat_key *key, u32 bucket, s32 bnode,
 					  u32 atomic, u32 kernel_bucket)
 {
-	struct bcache_slot *b = bcache_slot(bslot_of(key->tgid, key->kind, key->hash_mask, bnode, bucket),
+	struct bucket_cache_slot *b = bucket_cache_slot(bslot_of(key->tgid, key->kind, key->hash_mask, bnode, bucket),
 					    key->tgid | ((u64)key->kind << 32),
 					    key->hash_mask | ((u64)bucket << 32),
 					    (u32)bnode);             /* node, pad 0 */
@@ -648,7 +648,7 @@ static __always_inline void count_first(struct futex_stat_key *key, u32 atomic, 
 	struct cache_slot cs;
 	fill_slot(&cs, key, atomic, bucket, bnode, kernel_bucket, 0);
 	if (!flush_to_futexes(&cs, 1))
-		flush_to_bcache(&cs, 1);
+		flush_to_bucket_cache(&cs, 1);
 }
 
 static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask, u32 hstate,
@@ -662,8 +662,8 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 hash, u32 hmask
 	classify(&key, &atomic, hash, hmask, hstate, flags_private, node);
 
 	u32 s0 = slot_of(&key), s1 = s0 ^ 1;
-	struct cache_slot *a = fcache.lookup(&s0);
-	struct cache_slot *b = fcache.lookup(&s1);
+	struct cache_slot *a = futex_cache.lookup(&s0);
+	struct cache_slot *b = futex_cache.lookup(&s1);
 	if (!a || !b) {
 		count_unattributed(key.kind, 1);   /* a CPU number beyond NR_CPU_IDS: cannot happen */
 		return;

@@ -50,16 +50,16 @@ enum ft_counter {
  * The flush rule: where a lookup's count is. At any moment each lookup is
  * counted in exactly one of four tiers, so a bucket's exact count is their
  * sum (futextrace/loading/exact.py, the one place that adds them up):
- *   fcache   struct cache_slot    the lookup cache: per CPU, one futex a slot
- *   bcache   struct bcache_slot   the per-bucket cache: per CPU, one bucket a slot
+ *   futex_cache   struct cache_slot    the lookup cache: per CPU, one futex a slot
+ *   bucket_cache   struct bucket_cache_slot   the per-bucket cache: per CPU, one bucket a slot
  *   futexes  futex_stat_key -> futex_stat   the bounded per-futex list
  *   buckets  bucket_key -> bucket_stat      the per-bucket map
  * - An evicted lookup-cache slot goes to exactly one place: its futex's
  *   `futexes` entry if the slot had more than one lookup and the entry
- *   exists, else its bucket's `bcache` slot (flush_slot).
- * - A `bcache` slot taken over by another bucket goes to `buckets`
- *   (bcache_slot); a lookup that misses the lookup cache while both its ways
- *   are taken is counted in its bucket's `bcache` slot (the stream path).
+ *   exists, else its bucket's `bucket_cache` slot (flush_slot).
+ * - A `bucket_cache` slot taken over by another bucket goes to `buckets`
+ *   (bucket_cache_slot); a lookup that misses the lookup cache while both its ways
+ *   are taken is counted in its bucket's `bucket_cache` slot (the stream path).
  * - A futex's first lookup, told by the first-seen filter `seen`, is the only
  *   one that may insert into `futexes` (count_first); when the list cannot
  *   take it, it is counted in its bucket as bucket_stat.unlisted. So a cached
@@ -125,10 +125,10 @@ struct cache_slot {
 	u64 gen;              /* `exits` when filled: an older one may be an exited process's */
 };
 
-/* A slot of the per-CPU per-bucket cache `bcache`: lookups added up per
+/* A slot of the per-CPU per-bucket cache `bucket_cache`: lookups added up per
  * bucket before any map update (what goes there: the flush rule above). One
  * 64-byte line. */
-struct bcache_slot {
+struct bucket_cache_slot {
 	struct bucket_key key;
 	struct bucket_stat st;
 	u64 misses;           /* lookup-cache misses counted here: every ADMIT_EVERY-th is admitted */

@@ -3,10 +3,10 @@
 The BPF side puts each lookup's count in exactly one of four tiers at any
 moment (the flush rule, stated once in bpf/futextrace.h beside the structs):
 
-  fcache   the lookup cache: per-CPU slots, one futex each, not yet flushed
-  bcache   the per-bucket cache: per-CPU slots, one bucket each, not yet flushed
+  futex_cache   the lookup cache: per-CPU slots, one futex each, not yet flushed
+  bucket_cache   the per-bucket cache: per-CPU slots, one bucket each, not yet flushed
   futexes  the bounded per-futex list: per-CPU counts under the bucket each CPU computed
-  buckets  the per-bucket map: bcache slots taken over
+  buckets  the per-bucket map: bucket_cache slots taken over
 
 So a bucket's exact count is the sum of the four (bucket_entries), and a
 futex's count is its `futexes` entry plus the lookup-cache slots of that same

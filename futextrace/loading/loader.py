@@ -27,10 +27,10 @@ METHODS = ("fentry", "kprobe", "tracepoint")
 # first-level data cache, so that a lookup missing it does not wait on memory
 # (a 4096-slot cache cost ~7 ns more per miss with a million futexes in use:
 # docs/figures.md, "Large futex sets").
-FCACHE_SLOTS = 256
-BCACHE_SLOTS_MAX = 4096     # per-CPU slots of the per-bucket cache
-BCACHE_SLOTS_MIN = 1024
-BCACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots, every possible CPU)
+FUTEX_CACHE_SLOTS = 256
+BUCKET_CACHE_SLOTS_MAX = 4096     # per-CPU slots of the per-bucket cache
+BUCKET_CACHE_SLOTS_MIN = 1024
+BUCKET_CACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots, every possible CPU)
 # A lookup-cache miss is admitted to the cache once per ADMIT_EVERY misses
 # counted in its bucket's slot; the others are counted in that slot only.
 ADMIT_EVERY = 32
@@ -61,11 +61,11 @@ def default_max_futexes(ncpus: int | None = None) -> int:
     fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool
     return max(4096, min(FUTEXES_MAX_DEFAULT, 1 << (fit.bit_length() - 1)))
 
-def bcache_slots(ncpus: int) -> int:
+def bucket_cache_slots(ncpus: int) -> int:
     """Per-CPU slots of the per-bucket cache: a power of two, 4096 up to 64
-    CPUs, fewer beyond so it stays within BCACHE_BUDGET (at least 1024)."""
-    fit = BCACHE_BUDGET // (64 * max(1, ncpus))
-    return max(BCACHE_SLOTS_MIN, min(BCACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
+    CPUs, fewer beyond so it stays within BUCKET_CACHE_BUDGET (at least 1024)."""
+    fit = BUCKET_CACHE_BUDGET // (64 * max(1, ncpus))
+    return max(BUCKET_CACHE_SLOTS_MIN, min(BUCKET_CACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
 
 
 # What each method cannot see, printed with every recording.
@@ -115,10 +115,10 @@ def _need(model, key: str) -> int:
 
 def _size_macros(max_futexes: int, ncpu_ids: int) -> dict[str, int]:
     """The maps' sizes and the caches' and filter's shapes, as compiled in."""
-    bslots = bcache_slots(ncpu_ids)
+    bslots = bucket_cache_slots(ncpu_ids)
     return {"MAX_FUTEXES": max_futexes, "MAX_BUCKETS": MAX_BUCKETS, "NR_CPU_IDS": ncpu_ids,
-            "FCACHE_SLOTS": FCACHE_SLOTS, "FCACHE_BITS": FCACHE_SLOTS.bit_length() - 1,
-            "BCACHE_SLOTS": bslots, "BCACHE_BITS": bslots.bit_length() - 1, "ADMIT_EVERY": ADMIT_EVERY,
+            "FUTEX_CACHE_SLOTS": FUTEX_CACHE_SLOTS, "FUTEX_CACHE_BITS": FUTEX_CACHE_SLOTS.bit_length() - 1,
+            "BUCKET_CACHE_SLOTS": bslots, "BUCKET_CACHE_BITS": bslots.bit_length() - 1, "ADMIT_EVERY": ADMIT_EVERY,
             "SEEN_WORDS_LOG2": SEEN_WORDS_LOG2, "SEEN_K": SEEN_K, "SEEN_SPAN_SHIFT": SEEN_SPAN_SHIFT,
             "RINGBUF_PAGES": 256}
 
@@ -239,8 +239,8 @@ class Program:
         self._tp_btf: list[tuple[int, int]] = []
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
-        self.fcache_slots = FCACHE_SLOTS                    # per CPU, as compiled in
-        self.bcache_slots = bcache_slots(self.ncpu_ids)
+        self.futex_cache_slots = FUTEX_CACHE_SLOTS                    # per CPU, as compiled in
+        self.bucket_cache_slots = bucket_cache_slots(self.ncpu_ids)
         cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids) + (extra_cflags or [])
         if self.exact_prctl:
             cflags.append("-DPRCTL_EXIT")

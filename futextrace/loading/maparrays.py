@@ -56,8 +56,8 @@ class ArrayReader(MapReader):
 
     def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
-        through its memory mapping (slot i belongs to CPU i // fcache_slots)."""
-        view = np.frombuffer(self.lookup_cache_buffer(), dtype=np.dtype(self.program.bpf["fcache"].Leaf))
+        through its memory mapping (slot i belongs to CPU i // futex_cache_slots)."""
+        view = np.frombuffer(self.lookup_cache_buffer(), dtype=np.dtype(self.program.bpf["futex_cache"].Leaf))
         slots = view.copy()        # a copy: the mapping cannot close while a view exists
         del view
         used = np.flatnonzero(slots["st"]["lookups"])
@@ -65,7 +65,7 @@ class ArrayReader(MapReader):
         stats = np.zeros((len(used), ncpu), dtype=sd)
         for name in kd.names:
             keys[name] = slots["key"][name][used]
-        rows, cpus = np.arange(len(used)), used // self.program.fcache_slots
+        rows, cpus = np.arange(len(used)), used // self.program.futex_cache_slots
         for name in sd.names:
             stats[name][rows, cpus] = slots["st"][name][used]
         return keys, stats
@@ -73,7 +73,7 @@ class ArrayReader(MapReader):
     def _delete_forgotten(self, table, kb: bytes, keys, stats, forgotten: set[int]):
         """Delete the futexes of forgotten processes from the map, their
         lookups added to `deleted` (the map holds exact counts: the flush rule
-        in bpf/futextrace.h sends a cache slot to it or to `bcache`, never both); the arrays without them."""
+        in bpf/futextrace.h sends a cache slot to it or to `bucket_cache`, never both); the arrays without them."""
         if not forgotten:
             return keys, stats
         gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))

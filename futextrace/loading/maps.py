@@ -65,8 +65,8 @@ class MapReader:
 
     def lookup_cache_buffer(self) -> mmap.mmap:
         """The lookup cache's memory mapping (made at the first read): its
-        slots in struct cache_slot's layout, CPU n's at [n * fcache_slots]."""
-        return self._mapping("fcache")
+        slots in struct cache_slot's layout, CPU n's at [n * futex_cache_slots]."""
+        return self._mapping("futex_cache")
 
     def close(self) -> None:
         while self._maps:
@@ -104,20 +104,20 @@ class MapReader:
         of every used slot of both caches: the counts not yet flushed to a map."""
         for idx, s in self._cache_items():
             st = s.st
-            yield (idx // self.program.fcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, st.bucket, st.node,
+            yield (idx // self.program.futex_cache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, st.bucket, st.node,
                    [st.lookups, st.atomic_lookups, st.lookups if st.kernel_bucket != exact.UNKNOWN else 0, 0])
-        for idx, s in self._bcache_items():
-            yield (idx // self.program.bcache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, s.key.bucket, s.key.node,
+        for idx, s in self._bucket_cache_items():
+            yield (idx // self.program.bucket_cache_slots, s.key.tgid, s.key.kind, s.key.hash_mask, s.key.bucket, s.key.node,
                    [s.st.lookups, s.st.atomic_lookups, s.st.kernel_checked, s.st.unlisted])
 
     def _cache_items(self):
         """(index, slot) of every used slot of the lookup cache, read through
         its memory mapping: one pass over the lookup counts, no syscalls."""
-        return self._used_slots("fcache")
+        return self._used_slots("futex_cache")
 
-    def _bcache_items(self):
+    def _bucket_cache_items(self):
         """(index, slot) of every used slot of the per-bucket cache (the same way)."""
-        return self._used_slots("bcache")
+        return self._used_slots("bucket_cache")
 
     def _mapping(self, name: str) -> mmap.mmap:
         table = self.program.bpf[name]
@@ -157,7 +157,7 @@ class MapReader:
     def futexes(self, futex_map: list[dict]) -> list[dict]:
         """Per-futex counts: `futex_map` (futex_map()'s output) and the lookup
         cache's unflushed counts of the futexes it lists (exact.listed_futexes)."""
-        nslots, ncpus = self.program.fcache_slots, self.program.ncpu_ids
+        nslots, ncpus = self.program.futex_cache_slots, self.program.ncpu_ids
         cached = []
         for idx, s in self._cache_items():
             per_cpu = [type(s.st)()] * ncpus

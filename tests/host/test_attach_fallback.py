@@ -40,4 +40,4 @@ def test_refused_tp_btf_falls_back_to_a_raw_tracepoint(monkeypatch):
 
 def cache_slots_used(prog):
     """Slots of the per-CPU lookup cache holding a futex (it is tried before the map)."""
-    return (v for v in prog.bpf["fcache"].values() if v.st.lookups)
+    return (v for v in prog.bpf["futex_cache"].values() if v.st.lookups)
