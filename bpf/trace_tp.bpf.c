@@ -346,13 +346,15 @@ int ft_btf_sys_enter(u64 *ctx)
 #ifdef TASK_MEMO
 	u32 zero = 0;
 	struct task_epoch *ep = task_epoch.lookup(&zero);
-	struct task_memo *m = task_memo.lookup(&zero);
-	if (!ep || !m)
+	if (!ep)
 		return 0;
 	u64 gen = ep->gen, prctls = ep->prctls;
 	if (prctls)   /* is this the next syscall of a prctl(PR_FUTEX_HASH) caller? */
 		prctl_closed(LOAD(u32, bpf_get_current_task_btf(), OFF_TASK_PID));
 	if (!traced_nr(ctx[1]))
+		return 0;
+	struct task_memo *m = task_memo.lookup(&zero);   /* not on other syscalls' path */
+	if (!m)
 		return 0;
 	/* Opaque to the compiler, so that after the compare below it still
 	 * reads through this typed pointer, not the memo's equal number. */
