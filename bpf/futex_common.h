@@ -47,8 +47,9 @@ BPF_ARRAY(exits, u64, 1);
  * TASK_MEMO) holds while `gen` stays. It moves at every task creation (a new
  * task may get a freed task's kernel stack, whose pt_regs address names a
  * memo entry, and a clone may resize its process's hash), every exec (a new
- * mm, maybe a new tgid) and every prctl(PR_FUTEX_HASH)'s return (its caller's
- * next syscall). `prctls` counts those prctls in flight (by tid in
+ * mm, maybe a new tgid) and every prctl(PR_FUTEX_HASH)'s return (told by its
+ * caller's next futex or prctl call, clone or exit: prctl_closed).
+ * `prctls` counts those prctls not yet told returned (by tid in
  * `prctl_open`): while one is, no memo is used. */
 struct task_epoch { u64 gen; u64 prctls; };
 BPF_ARRAY(task_epoch, struct task_epoch, 1);
@@ -741,8 +742,10 @@ static __always_inline void task_epoch_moves(void)
 		__sync_fetch_and_add(&ep->gen, 1);
 }
 
-/* A prctl(PR_FUTEX_HASH) of `tid` has returned (or its task exits): memos
- * may be used again once no other is in flight. */
+/* A prctl(PR_FUTEX_HASH) of `tid` has returned: memos may be used again
+ * once no other is in flight. Told lazily, so that other syscalls pay
+ * nothing for it: by the caller's next futex or prctl call, its next clone,
+ * or its exit. Until then no memo is used, which costs time, not counts. */
 static __always_inline void prctl_closed(u32 tid)
 {
 	u32 zero = 0;
@@ -775,6 +778,9 @@ RAW_TRACEPOINT_PROBE(task_newtask)
 {
 	task_epoch_moves();   /* before the filter: any task may reuse a stack */
 	u64 id = bpf_get_current_pid_tgid();
+#ifdef TASK_MEMO
+	prctl_closed((u32)id);   /* a prctl caller that goes on to start threads */
+#endif
 	u32 child = 0;
 	bpf_probe_read_kernel(&child, 4, (void *)(ctx->args[0] + OFF_TASK_PID));
 	u64 flags = ctx->args[1];

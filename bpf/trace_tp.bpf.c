@@ -24,6 +24,7 @@
 #define NR_futex_wait 455
 #define NR_futex_requeue 456
 #define PR_FUTEX_HASH_ 78
+#define PR_FUTEX_HASH_SET_SLOTS_ 1
 #define FUTEX_WAITV_MAX_ 128
 #define MAX_NUMNODES_ 1024   /* the kernel's bound on a FUTEX2_NUMA node, before node_possible() */
 /* A futex2 key the kernel rejects before hashing (misaligned, bad node). */
@@ -259,7 +260,10 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 			emit_task_event(FTE_PRCTL_ENTER, LOAD(u64, regs, OFF_REGS_DX),
 					LOAD(u64, regs, OFF_REGS_SI), LOAD(u64, regs, OFF_REGS_R10));
 #ifdef TASK_MEMO
-			prctl_opened(tid);
+			/* Only SET_SLOTS changes a hash; the GET sub-commands (a
+			 * sampler's GET_SLOTS, then silence) leave memos on. */
+			if (LOAD(u64, regs, OFF_REGS_SI) == PR_FUTEX_HASH_SET_SLOTS_)
+				prctl_opened(tid);
 #endif
 		}
 		return 0;
@@ -344,15 +348,16 @@ static __always_inline int on_sys_exit(struct task_struct *task, s64 ret)
 int ft_btf_sys_enter(u64 *ctx)
 {
 #ifdef TASK_MEMO
+	/* Other syscalls stop here, at the empty hook's cost plus this test. */
+	if (!traced_nr(ctx[1]))
+		return 0;
 	u32 zero = 0;
 	struct task_epoch *ep = task_epoch.lookup(&zero);
 	if (!ep)
 		return 0;
 	u64 gen = ep->gen, prctls = ep->prctls;
-	if (prctls)   /* is this the next syscall of a prctl(PR_FUTEX_HASH) caller? */
+	if (prctls)   /* a prctl(PR_FUTEX_HASH) caller's next futex or prctl call? */
 		prctl_closed(LOAD(u32, bpf_get_current_task_btf(), OFF_TASK_PID));
-	if (!traced_nr(ctx[1]))
-		return 0;
 	struct task_memo *m = task_memo.lookup(&zero);   /* not on other syscalls' path */
 	if (!m)
 		return 0;
