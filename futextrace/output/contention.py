@@ -51,6 +51,11 @@ def contention_lines(c: Contention | None, top: int = 5) -> list[str]:
         for b in p["buckets"][:top]:
             futexes = ", ".join(f"{f['uaddr'] or 'unknown'} ({f['waits']:,})" for f in b["futexes"][:4])
             out.append(f"    {b['bucket']:>5}/{b['buckets']:<4} {b['waits']:>9,} {_ms(b['wait_ns']):>12} "
-                       f"{_us(b['max_ns']):>10}  {b['cause']:<11} {futexes}")
+                       f"{_us(b['max_ns']):>10}  {b['cause'].replace('_', ' '):<11} {futexes}")
+        rest = p["buckets"][top:]
+        if rest:   # the rows above then add up to the process's line, with this one
+            out.append(f"    ... {count_noun(len(rest), 'more bucket')} with "
+                       f"{count_noun(sum(b['waits'] for b in rest), 'wait')}, "
+                       f"{_ms(sum(b['wait_ns'] for b in rest))} (all in the JSON)")
     out += blind_spot_lines(c.get("blind_spots", []), "  ")
     return out

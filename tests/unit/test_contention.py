@@ -107,6 +107,18 @@ def test_record_text():
     assert contention_lines({"status": "not attached: turned off"}) == ["", "Bucket-lock waits: not attached: turned off"]
 
 
+def test_record_text_names_the_buckets_it_leaves_out():
+    """Seven buckets with waits, five rows: a line says what the other two hold,
+    so the rows add up to the process's total (a MariaDB run showed 5 of 11
+    buckets with no word about the rest)."""
+    from futextrace.output.contention import contention_lines
+    a, _ = _pair(True)
+    rows = [row(1, bucket, a + 64 * bucket, 10 + bucket, (bucket + 1) * 1_000_000) for bucket in range(7)]
+    text = "\n".join(contention_lines(rec_of(rows)["contention"]))
+    assert "... 2 more buckets with 21 waits, 3.000 ms (all in the JSON)" in text, text
+    assert "same_futex" not in text
+
+
 def test_exporter_series_never_go_backwards_and_stay_bounded():
     from futextrace.export.lockwaits import LockWaitBook
     a, b = _pair(True)
