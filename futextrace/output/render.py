@@ -285,7 +285,7 @@ def render_text(rec: Recording, verbose: bool = False) -> str:
         cpus = ",".join(map(str, r["cpus"]))
         out.append(f"  {r['node']:>4} {cpus:>10} {r['lookups']:>12,} {r['private']:>12,} {r['global']:>12,}")
     rc = rec["refcount"]
-    out += ["", f"Refcount ({rc['source']}):"]
+    out += ["", f"Refcount, {rc['source']}:"]
     if rec["totals"].get("private") == 0:     # the refcount is the private hash's: nothing to count
         out.append("  n/a: no private-hash lookup was traced")
     else:

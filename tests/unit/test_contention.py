@@ -133,3 +133,11 @@ def test_exporter_series_never_go_backwards_and_stay_bounded():
     assert waits[("", "other", "same_futex")] == 4
     book.forget({1})
     assert not any(s.labels["pid"] == "1" for s in book.families(set(), lambda t: "w")[0].samples)
+
+
+def test_small_wait_rate_in_the_total_unit():
+    """25.7 us in 10 s reads as 2.57 us/s, not 0.00257 ms/s (a MariaDB run's line)."""
+    from futextrace.output.contention import contention_lines
+    a, _ = _pair(True)
+    text = "\n".join(contention_lines(rec_of([row(1, 3, a, 3, 30_000)])["contention"]))
+    assert "3 waits, 30.0 us in 2.00 s (15 us/s)" in text, text

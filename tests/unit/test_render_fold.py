@@ -112,10 +112,10 @@ def test_no_private_lookup_means_refcount_and_lock_waits_unknown():
                          "private_lookups": 0,
                          "by_cause": {c: {"waits": 0, "wait_ns": 0} for c in ("collision", "same_futex", "unknown")}}
     text = render_text(rec)
-    refcount = text.split("Refcount (")[1].splitlines()
+    refcount = text.split("Refcount, ")[1].splitlines()
     assert refcount[1] == "  n/a: no private-hash lookup was traced", refcount[:2]
     waits = text.split("Bucket-lock waits: ")[1].splitlines()
     assert waits[1].startswith("  n/a: no private-hash lookup was traced") and "0 waits" not in waits[1]
     rec["totals"]["private"], rec["contention"]["private_lookups"] = 5, 5
     text = render_text(rec)
-    assert "  get: " in text.split("Refcount (")[1] and "0 waits" in text.split("Bucket-lock waits: ")[1]
+    assert "  get: " in text.split("Refcount, ")[1] and "0 waits" in text.split("Bucket-lock waits: ")[1]
