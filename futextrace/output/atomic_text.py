@@ -10,7 +10,7 @@ def installed_text(c: ResizeCost) -> str:
     if inst is None:
         text = "installed size not seen"
     elif inst["buckets"] == 0:
-        text = "global hash (installed)"
+        text = "no private hash (global hash)"
     else:
         text = f"{inst['buckets']} buckets (installed{', custom' if inst['custom'] else ''})"
     p = c["pending"]

@@ -65,10 +65,14 @@ def _collisions(h: HashSummary) -> str:
     return f"{h['collisions']:,}" if not est else approx(est)
 
 
-def _hash_section(h: HashSummary) -> list[str]:
+def _hash_section(h: HashSummary, shared_said: bool = False) -> list[str]:
+    """`shared_said`: an earlier process's block already said why a shared
+    futex's bucket figures are n/a (stress-ng's four processes repeated it)."""
     lines = [f"  {_buckets_desc(h)}: {h['lookups']:,} lookups, {_futex_bounds(h)}"]
     if "imbalance" not in h:
         why = BUCKET_NOT_VISIBLE if h["kind"] == "global_shared" else h.get("note", "")   # older notes too
+        if h["kind"] == "global_shared" and shared_said:
+            why = "n/a (shared futexes, as above)"
         lines.append(f"    buckets used, max/mean, collisions: {why}")
         return lines
     im = h["imbalance"]
@@ -226,14 +230,16 @@ def _folded_section(folded: list[Process], verbose: bool) -> list[str]:
 def _process_blocks(rec: Recording, shown: list[Process]) -> list[str]:
     """One block per process shown in full: its hash, refcount time, each hash it used."""
     costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
-    out = []
+    out: list[str] = []
+    shared_said = False
     for p in shown:
         out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']:,} lookups"]
         if p["pid"] in costs:
             out += [f"  hash: {installed_text(costs[p['pid']])}",
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
         for h in p["hashes"]:
-            out += _hash_section(h)
+            out += _hash_section(h, shared_said)
+            shared_said = shared_said or h["kind"] == "global_shared"
     return out
 
 

@@ -37,6 +37,13 @@ def test_pending_replacement_is_not_installed():
     assert installed_text(c).startswith("16 buckets (installed); 32 pending since +0.552 s (25.0%")
 
 
+def test_no_private_hash_is_not_installed():
+    """A process on the global hash has no private hash installed (stress-ng read
+    "global hash (installed)")."""
+    c = {"installed": {"buckets": 0, "custom": False}, "pending": None}
+    assert installed_text(c) == "no private hash (global hash)"
+
+
 def test_windows_total_longest_and_overlap():
     # 16->32 waits 85 ms; 32->64 waits 10 ms; a prctl at 1.005 overlaps the second.
     rec = _rec([_resize(0.1, 0, 16, 0.1), _resize(0.5, 16, 32, 0.585),

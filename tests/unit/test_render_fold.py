@@ -81,6 +81,18 @@ def test_shared_hash_figures_are_na_in_the_text():
     assert f"    buckets used, max/mean, collisions: {NA}" in text.splitlines()
 
 
+def test_shared_hash_reason_said_once():
+    """Four processes on shared futexes (stress-ng --futex 2): the reason once,
+    then "as above"."""
+    rec = copy.deepcopy(sample())
+    shared = next(h for p in rec["processes"] for h in p["hashes"] if h["kind"] == "global_shared")
+    rec["processes"] = [{**rec["processes"][0], "pid": 500 + i, "lookups": 1000 - i, "hashes": [shared]}
+                        for i in range(3)]
+    lines = render_text(rec).splitlines()
+    assert lines.count(f"    buckets used, max/mean, collisions: {NA}") == 1
+    assert lines.count("    buckets used, max/mean, collisions: n/a (shared futexes, as above)") == 2
+
+
 def shared_futex(tgid, uaddr, lookups, cpus=2):
     per_cpu = [[0, 0, 0, 0, 0] for _ in range(cpus)]
     per_cpu[0] = [lookups, 0, 0xFFFFFFFF, -1, 0xFFFFFFFF]
