@@ -65,17 +65,33 @@ def test_failed_start_keeps_the_files(keep, args):
     untouched(keep)
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def test_ctrl_c_during_start_up_keeps_the_files(keep):
-    """SIGINT while the programs compile (before anything is recorded)."""
+    """SIGINT while the programs compile (before anything is recorded): half a
+    second after record has forked the command it releases after the attach
+    (targets.StoppedChild, forked before the model and the compile), not a
+    fixed time after the start (a clean run on a busy machine once printed
+    "Tracing" although the signal was sent 1 s after the start)."""
     p = subprocess.Popen([*FT, "record", "-q", "--json", str(keep["json"]), "--jsonl", str(keep["jsonl"]),
                           "-i", "1", "--", "sleep", "30"], cwd=REPO,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          # a full compile (no program cache): the attach is seconds away, not a race
                          env={**os.environ, "FUTEXTRACE_NO_PROG_CACHE": "1"})
-    time.sleep(1.0)   # imports done, compiling or loading the model: well before the attach
+    deadline = time.monotonic() + limit(60)
+    while not _children(p.pid) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _children(p.pid), "record never forked its command"
+    time.sleep(0.5)   # into the model and the compile (~2.5 s with no program cache)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=limit(120))
     assert "Tracing" not in err, "the signal came too late to test the start-up"
+    assert p.returncode == 130, err
     untouched(keep)
 
 
