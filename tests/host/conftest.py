@@ -129,6 +129,25 @@ def wait_until(cond, timeout: float, step: float = 0.1):
     return cond()
 
 
+def descendants(pid: int) -> list[int]:
+    """All descendants of `pid`, from /proc/*/task/*/children."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                kids = [int(k) for k in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
 def programs_left(ours: set[int], timeout: float = 10) -> set[int]:
     """Those of `ours` still loaded after `timeout` s (the kernel frees a program
     shortly after its last fd closes)."""

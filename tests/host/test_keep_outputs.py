@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import FT, REPO, limit, needs_bpf, needs_private_hash
+from tests.host.conftest import FT, REPO, descendants, limit, needs_bpf, needs_private_hash, wait_until
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 
@@ -65,13 +65,6 @@ def test_failed_start_keeps_the_files(keep, args):
     untouched(keep)
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def test_ctrl_c_during_start_up_keeps_the_files(keep):
     """SIGINT while the programs compile (before anything is recorded): half a
     second after record has forked the command it releases after the attach
@@ -83,10 +76,8 @@ def test_ctrl_c_during_start_up_keeps_the_files(keep):
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          # a full compile (no program cache): the attach is seconds away, not a race
                          env={**os.environ, "FUTEXTRACE_NO_PROG_CACHE": "1"})
-    deadline = time.monotonic() + limit(60)
-    while not _children(p.pid) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _children(p.pid), "record never forked its command"
+    wait_until(lambda: descendants(p.pid) or p.poll() is not None, limit(60), step=0.01)
+    assert descendants(p.pid), "record never forked its command"
     time.sleep(0.5)   # into the model and the compile (~2.5 s with no program cache)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=limit(120))

@@ -18,28 +18,9 @@ import pytest
 from futextrace.errors import EXIT_IO, EXIT_TARGET, EXIT_USAGE
 
 from tests.host.conftest import FT as CLI
-from tests.host.conftest import needs_bpf, programs_left, prog_ids, wait_until
+from tests.host.conftest import descendants, needs_bpf, programs_left, prog_ids, wait_until
 
 pytestmark = [pytest.mark.root, needs_bpf]
-
-
-def descendants(pid: int) -> list[int]:
-    """All descendants of `pid`, from /proc/*/task/*/children."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                kids = [int(k) for k in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
 
 
 @pytest.fixture(scope="module")
