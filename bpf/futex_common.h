@@ -750,7 +750,8 @@ static __always_inline void prctl_closed(u32 tid)
 {
 	u32 zero = 0;
 	struct task_epoch *ep = task_epoch.lookup(&zero);
-	if (!ep || !prctl_open.lookup(&tid))
+	/* None open (the common case at every clone and exit): no hash lookup. */
+	if (!ep || !ep->prctls || !prctl_open.lookup(&tid))
 		return;
 	prctl_open.delete(&tid);
 	__sync_fetch_and_add(&ep->gen, 1);

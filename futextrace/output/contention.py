@@ -18,7 +18,7 @@ def _us(ns: int) -> str:
 
 
 def _ms_per_s(v: float | None) -> str:
-    """A wait rate in the unit _ms() gives its total: 2.57 us/s, not 0.00257 ms/s."""
+    """A wait rate: ms/s from 1 ms/s up, us/s below (2.57 us/s, not 0.00257 ms/s)."""
     if not v:
         return "0 ms/s"
     return f"{v:.3g} ms/s" if v >= 1 else f"{v * 1e3:.3g} us/s"
