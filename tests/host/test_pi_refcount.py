@@ -112,11 +112,14 @@ def test_the_lock_was_handed_over(run):
 
 
 def test_gets_equal_puts(run):
-    """Each bucket reference taken on the PI paths is dropped once, and counted once."""
+    """Each bucket reference taken on the PI paths is dropped once, and counted
+    once, or its probe run is one the kernel skipped and the recording says so
+    (missed_runs: a run of ours preempted, then entered again on that CPU)."""
     rec, wl, _ = run
-    rc = rec["refcount"]
+    rc, missed = rec["refcount"], rec["totals"]["missed_runs"]
     gets, puts = rc["get_percpu"] + rc["get_atomic"], rc["put_percpu"] + rc["put_atomic"]
-    assert gets == puts, rc
+    assert abs(gets - puts) <= missed, (f"gets {gets}, puts {puts}, probe runs skipped {missed}: "
+                                        f"{rc} {rec['totals']}")
     assert gets >= wl["lock_calls"] + wl["unlock_calls"], rc   # one per syscall's bucket at least
 
 
