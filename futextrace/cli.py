@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
@@ -41,6 +42,12 @@ def cli():
 
 
 def main(argv=None):
+    # SIGINT ends a run at every stage, as the tracing loop's own handler does.
+    # Started with it ignored (`futextrace ... &` in a non-interactive shell),
+    # Python leaves it ignored: a Ctrl-C during the start-up was lost, and one
+    # a moment later ended the run.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         cli.main(args=argv, prog_name="futextrace", standalone_mode=False)
     except click.exceptions.Abort:

@@ -65,24 +65,31 @@ def test_failed_start_keeps_the_files(keep, args):
     untouched(keep)
 
 
-def test_ctrl_c_during_start_up_keeps_the_files(keep):
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_ctrl_c_during_start_up_keeps_the_files(keep, inherited):
     """SIGINT while the programs compile (before anything is recorded): half a
     second after record has forked the command it releases after the attach
-    (targets.StoppedChild, forked before the model and the compile), not a
-    fixed time after the start (a clean run on a busy machine once printed
-    "Tracing" although the signal was sent 1 s after the start)."""
+    (targets.StoppedChild, forked before the model and the compile). "ignored":
+    started with SIGINT ignored, as a non-interactive shell starts a background
+    job; Python then installs no handler, and a clean run under such a shell
+    once lost the signal and traced on to the command's end."""
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if inherited == "ignored" else None
+    start = time.monotonic()
     p = subprocess.Popen([*FT, "record", "-q", "--json", str(keep["json"]), "--jsonl", str(keep["jsonl"]),
                           "-i", "1", "--", "sleep", "30"], cwd=REPO,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=ignore,
                          # a full compile (no program cache): the attach is seconds away, not a race
                          env={**os.environ, "FUTEXTRACE_NO_PROG_CACHE": "1"})
     wait_until(lambda: descendants(p.pid) or p.poll() is not None, limit(60), step=0.01)
     assert descendants(p.pid), "record never forked its command"
+    forked = time.monotonic() - start
     time.sleep(0.5)   # into the model and the compile (~2.5 s with no program cache)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=limit(120))
-    assert "Tracing" not in err, "the signal came too late to test the start-up"
-    assert p.returncode == 130, err
+    seen = f"forked at +{forked:.2f} s, SIGINT at +{forked + 0.5:.2f} s, exit {p.returncode} at " \
+           f"+{time.monotonic() - start:.2f} s, stderr {err!r}"
+    assert "Tracing" not in err, f"attached before the signal, or the signal was lost: {seen}"
+    assert p.returncode == 130, seen
     untouched(keep)
 
 
