@@ -1,7 +1,6 @@
 """`futextrace snapshot`: the futex hash running processes use right now."""
 from __future__ import annotations
 
-import signal
 import time
 
 import click
@@ -14,6 +13,7 @@ from futextrace.output.hashes_text import format_row, render
 from futextrace.record.hashes import read_hashes
 from futextrace.record.hashread import ITERATOR, header
 from futextrace.record.hashrows import sort_rows
+from futextrace.record import stopsignals
 from futextrace.record.procevents import exit_text
 from futextrace.record.watcher import Watcher
 
@@ -72,17 +72,15 @@ def watch_command(pids, duration, interval, json_out, json_path):
             mark = {"new": "+", "gone": "-", "changed": "~"}[change]
             click.echo(f"{time.strftime('%H:%M:%S')} +{t:.2f}s {mark}{format_row(row)}{tail}")
 
-    old = {s: signal.signal(s, watcher.stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        first = watcher.read()
-        snap = {**header(watcher.model, ITERATOR, watcher.how),
-                "processes": sort_rows(list(first.values())), "note": None}
-        line(snap)
-        if to_text:
-            click.echo(render(snap))
-            click.echo("watching: + appeared, - exited, ~ changed (Ctrl-C stops)", nl=True)
-        watcher.run(emit, duration, first)
+        with stopsignals.routed_to(watcher.stop):
+            first = watcher.read()
+            snap = {**header(watcher.model, ITERATOR, watcher.how),
+                    "processes": sort_rows(list(first.values())), "note": None}
+            line(snap)
+            if to_text:
+                click.echo(render(snap))
+                click.echo("watching: + appeared, - exited, ~ changed (Ctrl-C stops)", nl=True)
+            watcher.run(emit, duration, first)
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         watcher.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from futextrace.kernel.layout import EVENT
 from futextrace.loading import preconditions
 from futextrace.loading.loader import Filters, Program
 from futextrace.loading.methods import candidates
-from futextrace.record import attachstate, commwatch, filternotes, startup, targets
+from futextrace.record import attachstate, commwatch, filternotes, startup, stopsignals, targets
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -219,8 +218,7 @@ class TraceSession:
         run, kept in output_error); then stop counting (loader.Program.stop_counting)
         before anything is read. Returns the recording's duration in seconds: the
         window counted, from the counting hook's attach to its detach, whatever the load."""
-        old = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        try:
+        with stopsignals.routed_to(self.stop):
             start = self.t0_ns / 1e9           # counting began here (time.monotonic's clock)
             end = start + self.opts.duration if self.opts.duration else None
             next_tick = start + self.opts.interval if self.opts.interval and tick else None
@@ -245,9 +243,6 @@ class TraceSession:
             self.program.stop_counting()
             self.program.bpf.ring_buffer_poll(0)
             return self.window()["duration_ns"] / 1e9
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
 
     def window(self) -> dict:
         """The counted window (the recording's `window`): CLOCK_MONOTONIC ns

@@ -35,11 +35,11 @@ def _no_leftovers(ours: set[int]):
     assert not left, f"BPF programs left attached: {sorted(left)}"
 
 
-def _start(workload, seconds: float, before: set[int]):
+def _start(workload, seconds: float, before: set[int], preexec_fn=None):
     """Start a recording and return once its loop runs: the first -i line on stdout
     (the doctor's probe programs come and go earlier, during start-up)."""
     p = subprocess.Popen([*CLI, "record", "-i", "0.5", "--", workload, "-t", "2", "-r", str(seconds)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
     first = p.stdout.readline()
     assert "lookups/s" in first, p.stderr.read() if p.poll() is not None else first
     ours = prog_ids() - before
@@ -60,6 +60,24 @@ def test_signal_detaches_and_reports(workload, sig):
     assert not [k for k in kids if Path(f"/proc/{k}").exists()
                 and "Z" not in Path(f"/proc/{k}/stat").read_text().split(") ")[-1][:1]], \
         "the traced command outlived the tracer"
+    _no_leftovers(ours)
+
+
+def test_sighup_ignored_as_under_nohup_keeps_the_run(workload):
+    """`nohup futextrace record ...`: a hangup must not end the run (it ends when
+    the command does), as it ends one started without nohup."""
+    before = prog_ids()
+    p, ours = _start(workload, 4, before,
+                     preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    hup = time.monotonic()
+    p.send_signal(signal.SIGHUP)
+    time.sleep(1)
+    assert p.poll() is None, f"a hangup ended a nohup run: exit {p.returncode}, {p.stderr.read()}"
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "Lookups:" in out, err
+    # The command's 4 s run began before the first interval line (0.5 s in).
+    assert time.monotonic() - hup > 3.0, "the run ended before its command did"
     _no_leftovers(ours)
 
 
