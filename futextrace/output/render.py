@@ -85,10 +85,12 @@ def _hash_section(h: HashSummary, shared_said: bool = False) -> list[str]:
         lines += ["", *("    " + l for l in log2_hist(h["lookups_per_bucket_hist"], "lookups/bucket")), ""]
         lines += [*("    " + l for l in log2_hist(h["futexes_per_bucket_hist"], "futexes/bucket")), ""]
     lines.append("    hottest buckets:" + _hottest_caveat(h.get("futex_detail", {})))
-    lines.append(f"    {'bucket':>8} {'node':>4} {'lookups':>12} {'futexes':>7}  addresses")
+    # A node column only where buckets have one (the global hash's per-node tables).
+    nodes = any(b["node"] is not None for b in h["hottest"])
+    lines.append(f"    {'bucket':>8}{' node' if nodes else ''} {'lookups':>12} {'futexes':>7}  addresses")
     for b in h["hottest"]:
-        node = "-" if b["node"] is None else str(b["node"])
-        lines.append(f"    {b['bucket']:>8} {node:>4} {b['lookups']:>12,} {b['futexes']:>7,}  "
+        node = (" " + ("-" if b["node"] is None else str(b["node"])).rjust(4)) if nodes else ""
+        lines.append(f"    {b['bucket']:>8}{node} {b['lookups']:>12,} {b['futexes']:>7,}  "
                      + " ".join(b["addresses"][:4]) + (" ..." if b["futexes"] > 4 else ""))
     return lines
 
