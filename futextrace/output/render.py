@@ -249,7 +249,7 @@ def method_lines(m: Method) -> list[str]:
     """The method, why (one line per method skipped), its probes, and one line
     per blind spot: a paragraph of semicolons is read by nobody."""
     reasons = re.split(r"; (?=[\w-]+ not usable: )", m["why"])
-    return [f"futextrace: method {m['name']}", *(f"  {why}" for why in reasons if why),
+    return [f"Method: {m['name']}", *(f"  {why}" for why in reasons if why),
             f"  probes: {', '.join(m['probes'])}"
             + (f" (fallback: {m['probes_fallback']})" if m.get("probes_fallback") else ""),
             *blind_spot_lines(m["blind_spots"], "  ")]
@@ -258,8 +258,9 @@ def method_lines(m: Method) -> list[str]:
 def render_text(rec: Recording, verbose: bool = False) -> str:
     t = rec["totals"]
     m = rec["method"]
-    out = [*method_lines(m), "",
-           f"Lookups: {t['lookups']:,} in {rec['duration_s']:.2f} s ({t['lookups_per_s']:,.0f}/s); "
+    # The figures first; how they were taken (the same for every run on this
+    # kernel) closes the report.
+    out = [f"Lookups: {t['lookups']:,} in {rec['duration_s']:.2f} s ({t['lookups_per_s']:,.0f}/s); "
            f"private hash {t['private']:,}, global hash {t['global']:,}"]
     causes = t.get("unattributed_causes", {"map_full": t["unattributed"]})
     if causes.get("map_full"):
@@ -304,4 +305,5 @@ def render_text(rec: Recording, verbose: bool = False) -> str:
     out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose,
                            {p["pid"]: p["comm"] for p in rec["processes"]})
     out += _resize_section(rec["resizes"], folded_pids, verbose)
+    out += ["", *method_lines(m)]
     return "\n".join(out)
