@@ -224,7 +224,7 @@ def render(expl: dict, verbose: bool = False) -> str:
         lines = p["steps"] if verbose else p.get("lines") or p["steps"]
         out += [f"  - {s['text']}" for s in lines]
         if p.get("cost"):
-            out.append(f"  hash: {installed_text(p['cost'])}")
+            out.append(f"  hash at the end: {installed_text(p['cost'])}")
             if atomic_text(p["cost"]):
                 out.append(f"  {atomic_text(p['cost'])}")
         if p["recommendation"]:

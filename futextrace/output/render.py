@@ -237,7 +237,7 @@ def _process_blocks(rec: Recording, shown: list[Process]) -> list[str]:
     for p in shown:
         out += ["", f"PID {p['pid']} ({p['comm']}): {p['lookups']:,} lookups"]
         if p["pid"] in costs:
-            out += [f"  hash: {installed_text(costs[p['pid']])}",
+            out += [f"  hash at the end: {installed_text(costs[p['pid']])}",
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
         for h in p["hashes"]:
             out += _hash_section(h, shared_said)

@@ -82,7 +82,7 @@ def test_explain_quotes_the_avoided_atomic_time():
     rec = _rec([_resize(0.1, 0, 16, 0.1), _resize(0.5, 16, 32, 0.585)])
     text = render(explained(rec))
     assert "would have avoided 85.00 ms of atomic refcounting (250 lookups)" in text
-    assert "hash: 32 buckets (installed)" in text
+    assert "hash at the end: 32 buckets (installed)" in text
 
 
 def test_ramp_series_and_atomic_share():
