@@ -229,6 +229,21 @@ def _folded_section(folded: list[Process], verbose: bool) -> list[str]:
     return out
 
 
+def _thread_lines(rec: Recording, pid: int) -> list[str]:
+    """Thread births and exits in the window: the churn behind automatic resizes."""
+    events = [e for e in rec.get("threads", []) if e["pid"] == pid]
+    if not events:
+        return []
+    born = [e for e in events if e["event"] == "new"]
+    died = [e for e in events if e["event"] == "exit" and e["tid"] != pid]
+    # nr_threads of a birth counts the new thread (the kernel's count after it).
+    peak = f" (up to {max(e['nr_threads'] for e in born)} at once)" if born else ""
+    ended = "; then the process exited" if any(e["event"] == "exit" and e["tid"] == pid for e in events) else ""
+    dropped = rec["totals"].get("thread_events_dropped")
+    more = f"; {dropped:,} more births/exits of traced processes not kept" if dropped else ""
+    return [f"  threads in the window: {len(born):,} created, {len(died):,} exited{peak}{ended}{more}"]
+
+
 def _process_blocks(rec: Recording, shown: list[Process]) -> list[str]:
     """One block per process shown in full: its hash, refcount time, each hash it used."""
     costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
@@ -239,6 +254,7 @@ def _process_blocks(rec: Recording, shown: list[Process]) -> list[str]:
         if p["pid"] in costs:
             out += [f"  hash at the end: {installed_text(costs[p['pid']])}",
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
+        out += _thread_lines(rec, p["pid"])
         for h in p["hashes"]:
             out += _hash_section(h, shared_said)
             shared_said = shared_said or h["kind"] == "global_shared"

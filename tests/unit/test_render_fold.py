@@ -131,3 +131,18 @@ def test_no_private_lookup_means_refcount_and_lock_waits_unknown():
     rec["totals"]["private"], rec["contention"]["private_lookups"] = 5, 5
     text = render_text(rec)
     assert "  get: " in text.split("Refcount, ")[1] and "0 waits" in text.split("Bucket-lock waits: ")[1]
+
+
+def test_thread_births_and_exits_are_in_the_text():
+    """The churn behind automatic resizes is in the text, not only in the JSON:
+    counts taken here from the recording's own `threads` list."""
+    rec = sample()
+    pid = rec["processes"][0]["pid"]
+    ev = [e for e in rec["threads"] if e["pid"] == pid]
+    born = sum(e["event"] == "new" for e in ev)
+    died = sum(e["event"] == "exit" and e["tid"] != pid for e in ev)
+    assert born and died
+    assert f"threads in the window: {born} created, {died} exited" in render_text(rec)
+    quiet = copy.deepcopy(rec)
+    quiet["threads"] = []
+    assert "threads in the window" not in render_text(quiet)
