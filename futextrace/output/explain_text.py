@@ -224,7 +224,10 @@ def render(expl: dict, verbose: bool = False) -> str:
         lines = p["steps"] if verbose else p.get("lines") or p["steps"]
         out += [f"  - {s['text']}" for s in lines]
         if p.get("cost"):
-            out.append(f"  hash at the end: {installed_text(p['cost'])}")
+            c = p["cost"]
+            # "now N buckets" above says it, unless a replacement is pending or they differ.
+            if c["pending"] or (c["installed"] or {}).get("buckets") != p["final"].get("buckets"):
+                out.append(f"  hash at the end: {installed_text(c)}")
             if atomic_text(p["cost"]):
                 out.append(f"  {atomic_text(p['cost'])}")
         if p["recommendation"]:

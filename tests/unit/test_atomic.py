@@ -35,6 +35,8 @@ def test_pending_replacement_is_not_installed():
     assert abs(c["pending"]["for_s"] - (1.1 - 0.552)) < 1e-9
     assert c["pending"]["atomic_share"] == 0.25
     assert installed_text(c).startswith("16 buckets (installed); 32 pending since +0.552 s (25.0%")
+    # explain says the pending one, which its "now" line does not.
+    assert "hash at the end: 16 buckets (installed); 32 pending since +0.552 s" in render(explained(rec))
 
 
 def test_no_private_hash_is_not_installed():
@@ -82,7 +84,8 @@ def test_explain_quotes_the_avoided_atomic_time():
     rec = _rec([_resize(0.1, 0, 16, 0.1), _resize(0.5, 16, 32, 0.585)])
     text = render(explained(rec))
     assert "would have avoided 85.00 ms of atomic refcounting (250 lookups)" in text
-    assert "hash at the end: 32 buckets (installed)" in text
+    assert "now 32 buckets" in text
+    assert "hash at the end" not in text        # the same 32 as "now": said once
 
 
 def test_ramp_series_and_atomic_share():
