@@ -23,11 +23,17 @@ from futextrace.loading.kprobes import attach_kprobes
 from futextrace.loading.progcache import compile_program
 
 METHODS = ("fentry", "kprobe", "tracepoint")
-# Per-CPU slots of the lookup cache (64 bytes each): 16 KiB, half of a
-# first-level data cache, so that a lookup missing it does not wait on memory
-# (a 4096-slot cache cost ~7 ns more per miss with a million futexes in use:
-# docs/figures.md, "Large futex sets").
-FUTEX_CACHE_SLOTS = 256
+# Per-CPU slots of the lookup cache (64 bytes each): 2048 (128 KiB) so that
+# `perf bench futex hash`'s default, 1024 futexes per thread, is all cache
+# hits; fewer on big machines, so that the whole cache (which user space
+# scans at every read) stays within FUTEX_CACHE_BUDGET. Against 256 slots
+# (16 KiB, inside a first-level data cache), side by side: +0.114 of
+# retained throughput at 1,024 futexes, -0.037..-0.003 where every lookup
+# misses anyway (4,096 to 1,048,576): docs/figures.md, "A lookup cache that
+# holds perf bench's default".
+FUTEX_CACHE_SLOTS_MAX = 2048
+FUTEX_CACHE_SLOTS_MIN = 256
+FUTEX_CACHE_BUDGET = 4 << 20      # bytes the lookup cache may take (64-byte slots, every possible CPU)
 BUCKET_CACHE_SLOTS_MAX = 4096     # per-CPU slots of the per-bucket cache
 BUCKET_CACHE_SLOTS_MIN = 1024
 BUCKET_CACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte slots, every possible CPU)
@@ -60,6 +66,13 @@ def default_max_futexes(ncpus: int | None = None) -> int:
     ncpus = ncpus or os.cpu_count() or 1
     fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool
     return max(4096, min(FUTEXES_MAX_DEFAULT, 1 << (fit.bit_length() - 1)))
+
+def futex_cache_slots(ncpus: int) -> int:
+    """Per-CPU slots of the lookup cache: a power of two, 2048 up to 32 CPUs,
+    fewer beyond so it stays within FUTEX_CACHE_BUDGET (at least 256)."""
+    fit = FUTEX_CACHE_BUDGET // (64 * max(1, ncpus))
+    return max(FUTEX_CACHE_SLOTS_MIN, min(FUTEX_CACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
+
 
 def bucket_cache_slots(ncpus: int) -> int:
     """Per-CPU slots of the per-bucket cache: a power of two, 4096 up to 64
@@ -115,9 +128,9 @@ def _need(model, key: str) -> int:
 
 def _size_macros(max_futexes: int, ncpu_ids: int) -> dict[str, int]:
     """The maps' sizes and the caches' and filter's shapes, as compiled in."""
-    bslots = bucket_cache_slots(ncpu_ids)
+    fslots, bslots = futex_cache_slots(ncpu_ids), bucket_cache_slots(ncpu_ids)
     return {"MAX_FUTEXES": max_futexes, "MAX_BUCKETS": MAX_BUCKETS, "NR_CPU_IDS": ncpu_ids,
-            "FUTEX_CACHE_SLOTS": FUTEX_CACHE_SLOTS, "FUTEX_CACHE_BITS": FUTEX_CACHE_SLOTS.bit_length() - 1,
+            "FUTEX_CACHE_SLOTS": fslots, "FUTEX_CACHE_BITS": fslots.bit_length() - 1,
             "BUCKET_CACHE_SLOTS": bslots, "BUCKET_CACHE_BITS": bslots.bit_length() - 1, "ADMIT_EVERY": ADMIT_EVERY,
             "SEEN_WORDS_LOG2": SEEN_WORDS_LOG2, "SEEN_K": SEEN_K, "SEEN_SPAN_SHIFT": SEEN_SPAN_SHIFT,
             "RINGBUF_PAGES": 256}
@@ -239,7 +252,7 @@ class Program:
         self._tp_btf: list[tuple[int, int]] = []
         self.max_futexes = max_futexes or default_max_futexes()
         self.ncpu_ids = nr_cpu_ids()
-        self.futex_cache_slots = FUTEX_CACHE_SLOTS                    # per CPU, as compiled in
+        self.futex_cache_slots = futex_cache_slots(self.ncpu_ids)     # per CPU, as compiled in
         self.bucket_cache_slots = bucket_cache_slots(self.ncpu_ids)
         cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids) + (extra_cflags or [])
         if self.exact_prctl:

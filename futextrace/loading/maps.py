@@ -132,9 +132,8 @@ class MapReader:
         # The u64 `st.lookups` of each slot, located through BCC's ctypes view of futextrace.h.
         at = leaf.st.offset + dict(leaf._fields_)["st"].lookups.offset
         words = ct.sizeof(leaf) // 8
-        lookups = memoryview(buf).cast("Q")[at // 8::words]
-        used = [i for i, n in enumerate(lookups) if n]
-        lookups.release()
+        # numpy for the scan: the lookup cache has up to FUTEX_CACHE_BUDGET / 64 slots.
+        used = np.flatnonzero(np.frombuffer(buf, dtype=np.uint64)[at // 8::words]).tolist()
         return [(i, leaf.from_buffer_copy(buf, i * words * 8)) for i in used]
 
     def seen_filter(self) -> dict:

@@ -140,8 +140,8 @@ def test_whatif_table_against_an_independent_jhash2(watched):
     woken, text = said["woken"], section(full_text, p)
     proc = next(x for x in expl["recording"]["processes"] if x["pid"] == p.pid)
     listed = {f["uaddr"]: f["lookups"] for f in proc["futex_list"]["listed"]}
-    # 256 words: as many as the lookup cache has ways, so the per-futex list
-    # holds a part of their calls (the hot futexes first); the buckets hold
+    # 256 words: the lookup cache holds their counts until a slot is flushed,
+    # so the per-futex list holds a part of their calls; the buckets hold
     # them all (plus the interpreter's own futexes).
     calls_per_bucket = Counter()
     for addr, calls in woken.items():

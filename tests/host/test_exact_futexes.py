@@ -107,7 +107,8 @@ def check_exact(h: dict, addrs: set[int], slots: int) -> None:
 
 @pytest.mark.parametrize("n", [1024, 16_384])
 def test_round_robin_exact(futexset, tmp_path, n):
-    """Every lookup misses the 256-slot lookup cache: each futex is listed at its first."""
+    """1,024 futexes fit the lookup cache (2,048 slots per CPU here), 16,384 miss it
+    at every lookup (the stream path): either way each futex is listed at its first."""
     rec, wl, _ = run_futexset(futexset, tmp_path, n, 3, 256)
     h = private_hash(rec, wl["pid"])
     assert h["lookups"] == wl["lookups"] == 3 * n

@@ -3,7 +3,7 @@
 tests/data/manyfutexes.c uses 100,000 distinct private futexes, futex i
 1 + i % 3 times, and one hot futex after each of them, under a custom 64-slot
 hash; the per-futex map is cut to its smallest, 1024 entries, and the per-CPU
-lookup cache holds 256 slots. Expected per-bucket counts come
+lookup cache holds 2,048 slots (256 to 2,048, by CPU count). Expected per-bucket counts come
 from the tests' own jhash2 (fidelity_ref.py) of the known addresses, and the
 slot count from the process's own PR_FUTEX_HASH_GET_SLOTS.
 """
