@@ -67,18 +67,24 @@ def default_max_futexes(ncpus: int | None = None) -> int:
     fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool
     return max(4096, min(FUTEXES_MAX_DEFAULT, 1 << (fit.bit_length() - 1)))
 
+
+def _slots_within(budget: int, ncpus: int, least: int, most: int) -> int:
+    """Per-CPU 64-byte slots of a cache: the largest power of two from `least`
+    to `most` whose slots on every possible CPU fit in `budget` bytes."""
+    fit = max(1, budget // (64 * max(1, ncpus)))
+    return max(least, min(most, 1 << (fit.bit_length() - 1)))
+
+
 def futex_cache_slots(ncpus: int) -> int:
-    """Per-CPU slots of the lookup cache: a power of two, 2048 up to 32 CPUs,
-    fewer beyond so it stays within FUTEX_CACHE_BUDGET (at least 256)."""
-    fit = FUTEX_CACHE_BUDGET // (64 * max(1, ncpus))
-    return max(FUTEX_CACHE_SLOTS_MIN, min(FUTEX_CACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
+    """Per-CPU slots of the lookup cache: 2048 up to 32 CPUs, fewer beyond so
+    it stays within FUTEX_CACHE_BUDGET (at least 256)."""
+    return _slots_within(FUTEX_CACHE_BUDGET, ncpus, FUTEX_CACHE_SLOTS_MIN, FUTEX_CACHE_SLOTS_MAX)
 
 
 def bucket_cache_slots(ncpus: int) -> int:
-    """Per-CPU slots of the per-bucket cache: a power of two, 4096 up to 64
-    CPUs, fewer beyond so it stays within BUCKET_CACHE_BUDGET (at least 1024)."""
-    fit = BUCKET_CACHE_BUDGET // (64 * max(1, ncpus))
-    return max(BUCKET_CACHE_SLOTS_MIN, min(BUCKET_CACHE_SLOTS_MAX, 1 << (fit.bit_length() - 1)))
+    """Per-CPU slots of the per-bucket cache: 4096 up to 64 CPUs, fewer beyond
+    so it stays within BUCKET_CACHE_BUDGET (at least 1024)."""
+    return _slots_within(BUCKET_CACHE_BUDGET, ncpus, BUCKET_CACHE_SLOTS_MIN, BUCKET_CACHE_SLOTS_MAX)
 
 
 # What each method cannot see, printed with every recording.
