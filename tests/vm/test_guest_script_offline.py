@@ -35,3 +35,35 @@ def test_a_command_replaces_pytest(tmp_path):
                                          command="echo hi")
     assert "\n    echo hi\n" in script and "-m pytest" not in script
     assert script.rstrip().endswith(f"mv {tmp_path}/status.tmp {tmp_path}/status")
+
+
+def test_a_hung_boot_is_stopped_with_its_process_group(tmp_path, monkeypatch):
+    """No guest.log within the boot limit: SIGTERM reaches the whole group under
+    `timeout` (QEMU is vng's child there), and the run reads as not booted."""
+    import os
+    import subprocess
+    import time
+    monkeypatch.setattr(vmguest, "BOOT_LIMIT_S", 1)
+    grandchild = tmp_path / "grandchild.pid"
+    t0 = time.monotonic()
+    p = subprocess.Popen(["timeout", "--kill-after=5", "60", "sh", "-c",
+                          f"sleep 60 & echo $! > {grandchild}; wait"])
+    status, _, booted = vmguest._wait_watching_boot(p, tmp_path / "guest.log", t0)
+    assert not booted and time.monotonic() - t0 < 10
+    assert os.waitstatus_to_exitcode(status) != 0
+    time.sleep(0.5)
+    pid = int(grandchild.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_a_guest_whose_script_started_runs_to_its_end(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import time
+    monkeypatch.setattr(vmguest, "BOOT_LIMIT_S", 1)
+    (tmp_path / "guest.log").write_text("guest: started\n")
+    t0 = time.monotonic()
+    p = subprocess.Popen(["sh", "-c", "sleep 4; exit 3"])
+    status, _, booted = vmguest._wait_watching_boot(p, tmp_path / "guest.log", t0)
+    assert booted and time.monotonic() - t0 >= 4
+    assert os.waitstatus_to_exitcode(status) == 3

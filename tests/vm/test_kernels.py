@@ -49,8 +49,9 @@ def progress_line(guest) -> str:
 
 @pytest.mark.timeout(GUEST_LIMIT)
 def test_guest_suite_passed(guest):
+    how = ("hung in its boot, twice: no guest.log" if not guest.booted else "died or timed out")
     assert guest.status is not None, (
-        f"the guest wrote no status (died or timed out after {guest.wall_s:.0f} s)\n"
+        f"the guest wrote no status ({how} after {guest.wall_s:.0f} s)\n"
         f"{progress_line(guest)}\n"
         f"--- kernel log problems\n" + "\n".join(guest.bad_dmesg_lines()[:20]) + "\n"
         f"--- guest.log\n{guest.tail()}\n--- vng.log\n{guest.tail('vng.log')}")
