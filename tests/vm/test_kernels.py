@@ -49,7 +49,7 @@ def progress_line(guest) -> str:
 
 @pytest.mark.timeout(GUEST_LIMIT)
 def test_guest_suite_passed(guest):
-    how = ("hung in its boot, twice: no guest.log" if not guest.booted else "died or timed out")
+    how = "hung in its boot, twice: no guest.log" if guest.hung_boot else "died or timed out"
     assert guest.status is not None, (
         f"the guest wrote no status ({how} after {guest.wall_s:.0f} s)\n"
         f"{progress_line(guest)}\n"

@@ -100,7 +100,7 @@ class GuestRun:
     wall_s: float
     vng_rc: int             # informational only (see module doc)
     cpu_s: float = 0.0      # host CPU the guest used: its wall time on a CPU of its own
-    booted: bool = True     # the guest script started (False: stopped as a hung boot)
+    hung_boot: bool = False  # stopped: the guest script had not started BOOT_LIMIT_S after QEMU
 
     def text(self, name: str) -> str | None:
         p = self.out / name
@@ -172,7 +172,7 @@ def boot(spec, pytest_args: str = "", log=print, command: str | None = None) -> 
     the checkout; its output lands in guest.log) in their place. A guest that hangs in
     its boot (BOOT_LIMIT_S) is booted once more; both runs stay in the cache's vm-runs."""
     run = _boot_once(spec, pytest_args, log, command)
-    if run.booted:
+    if not run.hung_boot:
         return run
     log(f"guest {spec.id}: the guest script had not started {BOOT_LIMIT_S} s after QEMU did "
         f"(a hung boot, console in {run.out}/vng.log): booting it once more")
@@ -196,31 +196,31 @@ def _boot_once(spec, pytest_args: str, log, command: str | None) -> GuestRun:
     t0 = time.monotonic()
     with open(out / "vng.log", "wb") as vlog:
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=vlog, stderr=subprocess.STDOUT, env=env)
-        status, usage, booted = _wait_watching_boot(p, out / "guest.log", t0)
+        status, usage, hung = _wait_watching_boot(p, out / "guest.log", t0)
         p.returncode = os.waitstatus_to_exitcode(status)
     run = GuestRun(kernel, out, time.monotonic() - t0, p.returncode, usage.ru_utime + usage.ru_stime,
-                   booted=booted)
+                   hung_boot=hung)
     _keep_btf(run, cache)
     RUNS.append((spec.id, run))
     return run
 
 
 def _wait_watching_boot(p: subprocess.Popen, first_file: Path, t0: float):
-    """(wait status, rusage, booted) of the guest's `timeout` process. wait4 gives the
+    """(wait status, rusage, hung) of the guest's `timeout` process. wait4 gives the
     CPU time of this guest alone (QEMU included), whatever else the host runs. Without
-    `first_file` BOOT_LIMIT_S after the start, SIGTERM: timeout passes it to vng and
-    QEMU (its process group), and kills them 30 s later if they are still there."""
-    booted = False
-    while True:
+    `first_file` BOOT_LIMIT_S after the start, a hung boot: SIGTERM, which timeout
+    passes to vng and QEMU (its process group), killing them 30 s later if need be."""
+    while not first_file.exists():
         pid, status, usage = os.wait4(p.pid, os.WNOHANG)
         if pid:
-            return status, usage, booted or first_file.exists()
-        booted = booted or first_file.exists()
-        if not booted and time.monotonic() - t0 > BOOT_LIMIT_S:
+            return status, usage, False          # ended before its script: not a hang
+        if time.monotonic() - t0 > BOOT_LIMIT_S:
             p.terminate()
             _, status, usage = os.wait4(p.pid, 0)
-            return status, usage, False
+            return status, usage, True
         time.sleep(2)
+    _, status, usage = os.wait4(p.pid, 0)
+    return status, usage, False
 
 
 def _keep_btf(run: GuestRun, cache: Path) -> None:
