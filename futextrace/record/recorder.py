@@ -90,7 +90,9 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
         duration = rec.run(until=until if opts.pids else None)
         result = rec.recording(duration)
         _keep_output_error(rec, result)
-        gone = [p for p in opts.pids if not targets.alive(p)]
+        # The target whose exit ended the run: the watch's first, not the first
+        # -p target gone by now (a sibling may exit after the window closed).
+        gone = list(exits.exited) if exits else [p for p in opts.pids if not targets.alive(p)]
     finally:
         rec.close()
         if exits:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,3 +83,27 @@ def test_pid_that_exits_is_a_normal_end(tmp_path):
     notes = [ln for ln in res.stderr.splitlines() if ln.startswith("futextrace: note: ")]
     assert notes == [f"futextrace: note: {rec['target_exited']['note']}"]
     assert f"PID {target.pid} exited during tracing" in notes[0] and "the recording ends there" in notes[0]
+
+
+@pytest.mark.root
+@needs_bpf
+@needs_private_hash
+def test_note_names_the_target_whose_exit_ended_the_run(tmp_path):
+    """Two targets: the second exits first, and the first follows it within a
+    few ms, while futextrace still reads its maps. The note names the second
+    (the exit that ended the run), not the first -p target dead by then."""
+    first_to_exit = subprocess.Popen(["sleep", "2"])
+    threading.Thread(target=first_to_exit.wait, daemon=True).start()   # reaped at once
+    follower = subprocess.Popen(["sh", "-c", f"while kill -0 {first_to_exit.pid}; do sleep 0.005; done"],
+                                stderr=subprocess.DEVNULL)
+    try:
+        res = ft("record", "-p", follower.pid, "-p", first_to_exit.pid, "-d", "60",
+                 "--json", tmp_path / "r.json")
+        follower.wait(timeout=10)
+    finally:
+        follower.kill()
+        first_to_exit.kill()
+    assert res.returncode == 0, res.stderr
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["target_exited"]["pid"] == first_to_exit.pid, rec["target_exited"]
+    assert f"PID {first_to_exit.pid} exited during tracing (" in rec["target_exited"]["note"]
