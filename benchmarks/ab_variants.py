@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two builds of futextrace's BPF program side by side, for design work on the
-hot path: A is the tree's own, B the same with bpf/futex_common.h (and
-trace_tp.bpf.c, when the directory has one) taken from another directory.
+hot path: A is the tree's own (or another directory's, --base), B the same with
+bpf/futex_common.h (and trace_tp.bpf.c, when the directory has one) taken from
+another directory.
 Both are loaded at once; each round runs every size, and per size three runs
 back to back in a rotating order (untraced, A attached, B attached: the
 other's hook detached, futexset.hot_path_detached), so both builds see the
@@ -33,22 +34,29 @@ from futexset import BPF_STATS, bpf_stats, hot_path_detached, run_workload  # no
 CONDITIONS = ("untraced", "A", "B")
 
 
-def load_pair(model, variant: Path):
+def build(model, variant: Path | None):
+    """futextrace's tracepoint program: the tree's own (variant None), or the
+    tree's with the variant directory's futex_common.h (and trace_tp.bpf.c)."""
     from futextrace.loading import loader
-    a = loader.Program(model, "tracepoint")
+    if variant is None:
+        return loader.Program(model, "tracepoint")
     common = (variant / "futex_common.h").read_text()
     own = loader.source_for
 
-    def source_b(method: str) -> str:        # the tree's program text (or B's) with B's common part
+    def source_variant(method: str) -> str:
         main = variant / "trace_tp.bpf.c"
         text = (main if main.exists() else loader.bpf_dir() / "trace_tp.bpf.c").read_text()
         return text.replace('#include "futex_common.h"', common, 1)
-    loader.source_for = source_b
+    loader.source_for = source_variant
     try:
-        b = loader.Program(model, "tracepoint")
+        return loader.Program(model, "tracepoint")
     finally:
         loader.source_for = own
-    return a, b
+
+
+def load_pair(model, variant: Path, base: Path | None = None):
+    a = build(model, base)
+    return a, build(model, variant)
 
 
 def snapshot(prog) -> tuple[int, int]:
@@ -74,7 +82,8 @@ def throughput(a, sizes, prog_a, prog_b) -> None:
                 ratios[n][name].append(ops[name] / ops["untraced"])
     ref = sizes[0]
     med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in ratios.items()}
-    print(f"# {a.rounds} rounds, futexbench -t 1 -r {a.runtime}; B = {a.variant}/futex_common.h; {BPF_STATS} off")
+    print(f"# {a.rounds} rounds, futexbench -t 1 -r {a.runtime}; A = {a.base or 'the tree'}, "
+          f"B = {a.variant}; {BPF_STATS} off")
     for n in sizes:
         diff = statistics.median(b - x for x, b in zip(ratios[n]["A"], ratios[n]["B"]))
         print(f"{n:>9,} futexes: A {med[n]['A']:.3f} ({med[n]['A'] - med[ref]['A']:+.3f} vs {ref:,}), "
@@ -111,6 +120,8 @@ def bpf_ns(a, sizes, prog_a, prog_b) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", required=True, type=Path, help="directory holding B's futex_common.h")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="directory holding A's futex_common.h (default: A is the tree's own)")
     ap.add_argument("--sizes", default="16,262144,1048576")
     ap.add_argument("--rounds", type=int, default=14)
     ap.add_argument("--runtime", default="0.5")
@@ -119,13 +130,14 @@ def main() -> int:
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("ab_variants.py: needs root")
-    if not (a.variant / "futex_common.h").is_file():
-        sys.exit(f"ab_variants.py: no futex_common.h in {a.variant}")
+    for d in filter(None, (a.variant, a.base)):
+        if not (d / "futex_common.h").is_file():
+            sys.exit(f"ab_variants.py: no futex_common.h in {d}")
     sizes = [int(s) for s in a.sizes.split(",")]
     from futextrace.kernel import model as kmodel
     model = kmodel.load()
     with bpf_stats(a.bpf_ns):
-        prog_a, prog_b = load_pair(model, a.variant)
+        prog_a, prog_b = load_pair(model, a.variant, a.base)
         try:
             (bpf_ns if a.bpf_ns else throughput)(a, sizes, prog_a, prog_b)
         finally:
