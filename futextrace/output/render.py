@@ -291,9 +291,10 @@ def render_text(rec: Recording, verbose: bool = False) -> str:
     if t["lost_events"]:
         out.append(f"  {t['lost_events']} events lost: ring buffer full")
     if t.get("missed_runs"):
-        out.append(f"  {t['missed_runs']} probe runs skipped by the kernel (one of ours was already running "
-                   "on that CPU: nested BPF, or preempted where syscall tracepoints are preemptible): "
-                   "the lookups of those runs are not counted")
+        those = "that run" if t["missed_runs"] == 1 else "those runs"
+        out.append(f"  {count_noun(t['missed_runs'], 'probe run')} skipped by the kernel (one of ours was "
+                   "already running on that CPU: nested BPF, or preempted where syscall tracepoints are "
+                   f"preemptible): any lookups of {those} are not counted")
     if t.get("read_faults"):
         out.append(f"  {t['read_faults']} kernel/user reads failed")
     if t.get("kernel_mismatch"):

@@ -146,3 +146,15 @@ def test_thread_births_and_exits_are_in_the_text():
     quiet = copy.deepcopy(rec)
     quiet["threads"] = []
     assert "threads in the window" not in render_text(quiet)
+
+
+def test_skipped_probe_runs_agree_in_number():
+    """The summary names one skipped run in the singular (read in the demo's
+    output on a busy machine: "1 probe runs skipped")."""
+    rec = sample()
+    for n, says in ((1, "  1 probe run skipped by the kernel "), (1234, "  1,234 probe runs skipped by the kernel ")):
+        rec["totals"]["missed_runs"] = n
+        (line,) = [ln for ln in render_text(rec).splitlines() if "skipped by the kernel" in ln]
+        assert line.startswith(says), line
+        assert line.endswith("any lookups of that run are not counted" if n == 1 else
+                             "any lookups of those runs are not counted"), line
