@@ -9,6 +9,7 @@ from pathlib import Path
 
 import kernels
 import vmguest
+import vmkernels
 
 
 def test_guest_tests_and_deselected_tests_exist():
@@ -34,10 +35,28 @@ def test_pytest_command_deselects_unless_tests_are_named(monkeypatch):
 
 
 def test_a_command_replaces_pytest(tmp_path):
-    script = vmguest.GUEST_SCRIPT.format(out=tmp_path, cache="/c", repo=vmguest.REPO, cpus=4, nodes=2,
+    script = vmguest.GUEST_SCRIPT.format(out=tmp_path, guest_cache="/c", repo=vmguest.REPO, cpus=4, nodes=2,
                                          command="echo hi")
     assert "\n    echo hi\n" in script and "-m pytest" not in script
     assert script.rstrip().endswith(f"mv {tmp_path}/status.tmp {tmp_path}/status")
+
+
+def test_the_guest_cache_is_its_own_whatever_the_hosts(tmp_path):
+    """With FUTEXTRACE_CACHE elsewhere on the host (a fresh-machine check), the
+    guest still gets a cache it can write (its tmpfs /var/cache) and the host's
+    header tree at that cache's place: a read-only cache made every recording
+    in the guest compile, and both guests ran out of time."""
+    host_cache = tmp_path / "elsewhere"
+    (host_cache / "headers").mkdir(parents=True)
+    kernel = vmkernels.Kernel(release="6.18.15+deb13-amd64", root=tmp_path / "k")
+    (tmp_path / "k" / "boot").mkdir(parents=True)
+    (tmp_path / "k" / "boot" / f"vmlinuz-{kernel.release}").touch()
+    cmd = vmguest.vng_command(kernel, kernels.CI[0], tmp_path / "out", host_cache)
+    assert "--rodir=/var/cache/futextrace/headers=" + str(host_cache / "headers") in cmd
+    assert not any(str(host_cache) in a for a in cmd if not a.startswith("--rodir="))
+    script = vmguest.GUEST_SCRIPT.format(out=tmp_path, guest_cache=vmguest.GUEST_CACHE, repo=vmguest.REPO,
+                                         cpus=4, nodes=1, command="true")
+    assert "export FUTEXTRACE_CACHE=/var/cache/futextrace " in script
 
 
 def test_a_hung_boot_is_stopped_with_its_process_group(tmp_path, monkeypatch):

@@ -26,13 +26,20 @@ REPO = Path(__file__).resolve().parents[2]
 # Kernel log lines that fail a guest run however the tests went.
 BAD_DMESG = re.compile(r"BUG:|WARNING:|Oops|self-detected stall|detected stalls? on CPU")
 
+# The guest's FUTEXTRACE_CACHE. The host's root is read-only in the guest, and the guest
+# mounts a tmpfs over /var/cache: there its program cache can be written, so each
+# program variant is compiled once per guest (a minute each under TCG). A host cache
+# elsewhere (FUTEXTRACE_CACHE=/some/dir) was read-only in the guest: nothing was cached,
+# every recording compiled, and the guests ran out of time.
+GUEST_CACHE = Path("/var/cache/futextrace")
+
 GUEST_SCRIPT = """\
 #!/bin/bash
 # Runs inside the guest. Everything it prints lands in guest.log.
 exec >{out}/guest.log 2>&1
 # fentry: expected where futex_hash returns a pointer (6.17-7.1), see tests/host/test_fidelity.py
 export FUTEXTRACE_IN_VM=1 FUTEXTRACE_EXPECT_METHODS=fentry,kprobe,tracepoint
-export FUTEXTRACE_CACHE={cache} PYTHONDONTWRITEBYTECODE=1
+export FUTEXTRACE_CACHE={guest_cache} PYTHONDONTWRITEBYTECODE=1
 export FUTEXTRACE_VM_CPUS={cpus} FUTEXTRACE_VM_NODES={nodes}
 echo "guest: $(uname -r), $(nproc) cpus, nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
 cp /sys/kernel/btf/vmlinux {out}/vmlinux.btf && uname -r > {out}/release
@@ -145,9 +152,10 @@ def vng_command(kernel: vmkernels.Kernel, spec, out: Path, cache: Path) -> list[
     cmd = ["vng", "--run", str(kernel.vmlinuz), "--disable-kvm",   # /dev/kvm cannot run a guest here
            "--cpus", str(spec.cpus), "--memory", spec.memory, f"--rwdir={out}",
            "--verbose"]     # the guest console (a panic, an OOM) lands in vng.log
-    # The guest mounts a tmpfs over /var/cache: share the header tree BCC needs.
+    # The guest's cache is GUEST_CACHE on the guest's own tmpfs, whatever the host's is:
+    # share only the header tree BCC needs, read-only, at the place the guest looks.
     if (cache / "headers").is_dir():
-        cmd.append(f"--rodir={cache / 'headers'}")
+        cmd.append(f"--rodir={GUEST_CACHE / 'headers'}={cache / 'headers'}")
     # Single-threaded TCG: with multi-threaded TCG a 7.3.4 guest died of "Oops: int3" at
     # __futex_hash+0x1 (an ftrace patch site) while probes came and went; single-threaded
     # TCG did not, and ran the same tests faster on the 2-CPU build machines.
@@ -186,7 +194,7 @@ def _boot_once(spec, pytest_args: str, log, command: str | None) -> GuestRun:
     (cache / "vm-runs").mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix=f"{spec.id}-", dir=cache / "vm-runs"))
     (out / "run.sh").write_text(GUEST_SCRIPT.format(
-        out=out, cache=cache, repo=REPO, cpus=spec.cpus, nodes=spec.numa_nodes,
+        out=out, guest_cache=GUEST_CACHE, repo=REPO, cpus=spec.cpus, nodes=spec.numa_nodes,
         command=command or pytest_command(spec, out, pytest_args)))
     env = dict(os.environ)
     # vng starts virtme-run through $PATH; the venv's bin is not on it under plain `.venv/bin/python`.
