@@ -22,6 +22,8 @@ pkgs=(python3-bpfcc python3-venv bpftool linux-headers-amd64 gcc libc6-dev linux
 [ $want_vm = 1 ] && pkgs+=(qemu-system-x86 kmod busybox-static file)
 # The exporter's tests scrape it with a real Prometheus server they start themselves.
 [ $want_vm = 1 ] && pkgs+=(prometheus)
+# `futextrace set` must refuse a process already under strace: the tests start one.
+[ $want_vm = 1 ] && pkgs+=(strace)
 # The HTML report's test renders it in a real headless browser.
 [ $want_vm = 1 ] && pkgs+=(chromium)
 # tests/deploy: systemd-analyze verifies the unit (systemd: on any Debian 12 host, not in

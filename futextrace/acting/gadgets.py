@@ -1,0 +1,61 @@
+"""The two instruction sequences an injection borrows from the target's own code.
+
+`syscall; ret` makes the call and returns into `mov $15, %rax/%eax; syscall`
+(glibc's and musl's __restore_rt, Go's sigreturn), which ends it with rt_sigreturn.
+They are read from the target's executable mappings through /proc/PID/mem; nothing
+is written into its code."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+SYSCALL_RET = b"\x0f\x05\xc3"
+SIGRETURN = (b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05",     # mov $15,%rax; syscall
+             b"\xb8\x0f\x00\x00\x00\x0f\x05")             # mov $15,%eax; syscall
+MAX_SCAN = 64 << 20      # bytes read per mapping at most: a huge binary costs bounded time
+
+
+@dataclass(frozen=True)
+class Gadgets:
+    syscall_ret: int
+    sigreturn: int
+    where: str           # the file (or mapping name) they were found in
+
+
+def _executable_mappings(pid: int) -> list[tuple[int, int, str]]:
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            name = fields[5].strip() if len(fields) > 5 else ""
+            if "x" not in fields[1] or name == "[vsyscall]":
+                continue
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            out.append((lo, hi, name))
+    # Libraries first (libc, ld.so): the usual home of both sequences.
+    return sorted(out, key=lambda m: ("libc" not in m[2] and "ld-" not in m[2], m[0]))
+
+
+def _find(data: bytes, patterns) -> int:
+    for p in patterns:
+        i = data.find(p)
+        if i >= 0:
+            return i
+    return -1
+
+
+def find(pid: int) -> Gadgets | None:
+    """Both sequences from one mapping of `pid`, or None where no mapping has both."""
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    try:
+        for lo, hi, name in _executable_mappings(pid):
+            try:
+                data = os.pread(fd, min(hi - lo, MAX_SCAN), lo)
+            except OSError:
+                continue
+            a, b = _find(data, (SYSCALL_RET,)), _find(data, SIGRETURN)
+            if a >= 0 and b >= 0:
+                return Gadgets(lo + a, lo + b, name or "anonymous code")
+    finally:
+        os.close(fd)
+    return None

@@ -1,0 +1,95 @@
+"""`futextrace run`: start a program with its futex hash size set before it runs."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import click
+
+from futextrace.acting import inject, launch, preflight
+from futextrace.commands.options import json_option
+from futextrace.commands.set import slots_choice
+from futextrace.errors import EXIT_CODES_HELP, KernelRefused, TargetError
+from futextrace.output import acting_text
+from futextrace.output.jsonio import open_output, write_json
+from futextrace.record.targets import StoppedChild
+
+EXAMPLES = """\b
+Examples:
+  futextrace run --slots 256 -- ./myservice --port 8080
+  futextrace run --global -- ./myservice     # the shared global hash
+  futextrace run --auto -- ./myservice       # the kernel's automatic size: the control run
+\b
+The size is set in the new program image before its first instruction (the process
+stops at its exec for a moment): dynamically and statically linked programs alike,
+with no preload and an untouched environment. It holds for that process only: a
+process it forks or execs starts with the kernel's automatic hash (the kernel gives
+every new address space its own). A set-user-ID program needs futextrace as root.
+futextrace prints one line on stderr and exits with the program's status.
+"""
+
+
+@click.command(epilog=EXAMPLES + "\n" + EXIT_CODES_HELP)
+@click.option("--slots", type=click.IntRange(min=0), metavar="N",
+              help="buckets: a power of two, at least 2 (the kernel judges)")
+@click.option("--global", "to_global", is_flag=True, help="the global hash, for good")
+@click.option("--auto", "automatic", is_flag=True, help="set nothing: the kernel's automatic size")
+@json_option("the kernel's answers")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def command(slots, to_global, automatic, json_path, command):
+    """Start COMMAND with the given futex hash size."""
+    if automatic and (slots is not None or to_global):
+        raise click.UsageError("--auto sets nothing: leave out --slots/--global")
+    want = None if automatic else slots_choice(slots, to_global)
+    out = open_output(json_path) if json_path else None
+    if want is not None:
+        preflight.require_x86_64()
+        preflight.require_pr_futex_hash()
+        launch.check_not_setuid(command[0])
+    child = StoppedChild(list(command), stdout_to_stderr=json_path == "-")
+    try:
+        answer = _start(child, want)
+    except BaseException:
+        child.kill()
+        raise
+    name = os.path.basename(command[0])
+    if want is None:
+        click.echo(f"futextrace: {name} ({child.pid}): the kernel's automatic hash, nothing set", err=True)
+    else:
+        why = acting_text.refusal(answer, want)
+        if not why:
+            click.echo("futextrace: " + acting_text.result_line(
+                answer, want, name, child.pid, "before its first instruction"), err=True)
+        if out is not None:
+            write_json(out, acting_text.answer_json(answer, want, name, child.pid))
+        if why:
+            raise KernelRefused(f"{name} was not started: {why}")
+    sys.exit(_wait(child))
+
+
+def _start(child: StoppedChild, want: int | None) -> inject.Answer | None:
+    if want is None:
+        child.go()
+        return None
+    launch.seize_child(child.pid)
+    child.go()
+    try:
+        return launch.set_at_exec(child.pid, want)
+    except inject.InjectionFailed as e:
+        raise TargetError(f"{child.argv[0]}: {e}") from None
+
+
+def _wait(child: StoppedChild) -> int:
+    """The program's exit status; Ctrl-C and the like are the program's to handle
+    (it shares our process group), so they only wait here, as under `time`."""
+    for s in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(s, signal.SIG_IGN)
+    while not child.exited():
+        try:
+            os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            break
+    status = child.status()
+    child.output_tail()
+    return 128 - status if status is not None and status < 0 else (status or 0)
