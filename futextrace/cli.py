@@ -11,7 +11,7 @@ from futextrace import __version__
 from futextrace.errors import EXIT_CODES_HELP, FutextraceError
 
 # Subcommand name -> module in futextrace.commands exporting `command`.
-COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report", "serve"]
+COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report", "diff", "serve"]
 
 
 class LazyGroup(click.Group):
