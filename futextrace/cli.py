@@ -11,7 +11,8 @@ from futextrace import __version__
 from futextrace.errors import EXIT_CODES_HELP, FutextraceError
 
 # Subcommand name -> module in futextrace.commands exporting `command`.
-COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report", "serve", "run", "set"]
+COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report", "serve", "diff",
+            "run", "set"]
 
 
 class LazyGroup(click.Group):

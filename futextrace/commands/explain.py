@@ -48,7 +48,7 @@ def command(pids, duration, json_path, quiet, verbose, command):
     opts = RecordOptions(pids=list(pids), duration=duration, method="auto", exact_prctl=True,
                          command_stdout_to_stderr=json_path == "-")
     rec = record_command(list(command), opts) if command else record_pids(opts)
-    expl = explained(rec)
+    expl = explained(rec, json_path)   # `diff` reads the recording in explain's JSON: the "before"
     if pids:   # only the asked-for processes, not the children they forked
         expl["processes"] = [p for p in expl["processes"] if p["pid"] in pids]
     if text_wanted(json_path, quiet):

@@ -2,6 +2,8 @@
 change (analysis/explain.py `recommend` and analysis/contention.py `advice` decide)."""
 from __future__ import annotations
 
+import shlex
+
 from futextrace.analysis.contention import MAX_SLOTS, MEASURABLE_MS_PER_S
 from futextrace.output.whatif_text import worded_table
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
@@ -101,3 +103,34 @@ def worded_recommendation(r: dict | None, cost: dict, final: dict) -> dict | Non
     if "avoided_atomic_s" in r:
         out["avoided_atomic_s"] = r["avoided_atomic_s"]
     return out
+
+
+def _secs(d: float | None) -> str:
+    """The recording's duration as a -d value: whole seconds from 10 s, else one decimal."""
+    if not d:
+        return "SECS"
+    return f"{d:.0f}" if d >= 10 else f"{max(d, 0.1):.1f}".rstrip("0").rstrip(".")
+
+
+def try_commands(slots: int | None, pid: int, rec: dict, source: str | None) -> list[str]:
+    """The commands to try a suggested size (`futextrace set`, `futextrace run`)
+    and compare the result with this recording (`futextrace diff`); SET_SLOTS 0
+    is the global hash. [] without a suggested size."""
+    if slots is None:
+        return []
+    flag = "--global" if slots == 0 else f"--slots {slots}"
+    cmd = rec.get("command") or {}
+    argv = shlex.join(cmd["argv"]) if cmd.get("pid") == pid and cmd.get("argv") else "COMMAND"
+    before = shlex.quote(source) if source and source != "-" else "before.json"
+    return [f"futextrace set -p {pid} {flag}", f"futextrace run {flag} -- {argv}",
+            f"futextrace record -p {pid} -d {_secs(rec.get('duration_s'))} --json after.json; "
+            f"futextrace diff {before} after.json"]
+
+
+def try_lines(commands: list[str]) -> list[str]:
+    """try_commands as explain's text shows them, each with what it acts on."""
+    if not commands:
+        return []
+    return [f"    try it:   {commands[0]}          (on the running process; acts on a live process, see README)",
+            f"              {commands[1]}       (a new run of the program)",
+            f"    compare:  {commands[2]}"]

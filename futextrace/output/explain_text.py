@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from futextrace.analysis.explain import EBUSY, EINVAL, ENOMEM, clone_kind, explain
 from futextrace.output.atomic_text import atomic_text, installed_text
-from futextrace.output.explain_advice import worded_recommendation
+from futextrace.output.explain_advice import try_commands, try_lines, worded_recommendation
 from futextrace.output.history_text import at_attach_text
 from futextrace.output.whatif_text import render as whatif_lines
 from futextrace.output.words import count_noun
@@ -172,7 +172,7 @@ def lines_text(steps: list[dict], lines: list[dict]) -> list[dict]:
     return [{**ln, "text": _line_text(steps[ln["first"]:ln["first"] + ln["count"]])} for ln in lines]
 
 
-def _worded_process(p: dict, k: dict) -> dict:
+def _worded_process(p: dict, k: dict, rec: Recording | None, source: str | None) -> dict:
     steps = [_worded_step(s, k) for s in p["steps"]]
     lines = lines_text(steps, p["lines"])
     f = p["final"]
@@ -180,18 +180,23 @@ def _worded_process(p: dict, k: dict) -> dict:
     final["text"] = desc(f["buckets"], f["custom"], f["global_chosen"], f["pending_buckets"])
     if why := why_size(f["facts"]["size_limit"]):
         final["why_size"] = why
+    r = worded_recommendation(p["recommendation"], p["cost"], f)
+    if r is not None and r["slots"] is not None and rec is not None:
+        r["try"] = try_commands(r["slots"], p["pid"], rec, source)
     return {"pid": p["pid"], "comm": p["comm"], "steps": steps, "lines": lines, "final": final,
-            "cost": p["cost"], "recommendation": worded_recommendation(p["recommendation"], p["cost"], f)}
+            "cost": p["cost"], "recommendation": r}
 
 
-def worded(expl: dict) -> dict:
-    """analysis.explain.explain()'s data with its sentences (the `explain --json` explanation)."""
+def worded(expl: dict, rec: Recording | None = None, source: str | None = None) -> dict:
+    """analysis.explain.explain()'s data with its sentences (the `explain --json`
+    explanation); with the recording, the commands to try a suggested size
+    (`try`), `source` the file the recording is saved in."""
     k = _kernel(expl)
-    return {**expl, "processes": [_worded_process(p, k) for p in expl["processes"]]}
+    return {**expl, "processes": [_worded_process(p, k, rec, source) for p in expl["processes"]]}
 
 
-def explained(rec: Recording) -> dict:
-    return worded(explain(rec))
+def explained(rec: Recording, source: str | None = None) -> dict:
+    return worded(explain(rec), rec, source)
 
 
 def _recommendation_lines(r: dict) -> list[str]:
@@ -202,7 +207,7 @@ def _recommendation_lines(r: dict) -> list[str]:
     out.append(f"    SET_SLOTS {r['slots']}: {r['effect']}" if r["slots"] else f"    {r['effect']}")
     if r["c_line"]:
         out.append(f"    {r['c_line']}")
-    return out
+    return out + try_lines(r.get("try") or [])
 
 
 def render(expl: dict, verbose: bool = False) -> str:

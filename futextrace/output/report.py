@@ -13,15 +13,18 @@ from futextrace.recording import SCHEMA, SCHEMA_VERSION, Recording
 REQUIRED = ("method", "totals", "duration_s", "processes", "per_cpu", "per_node", "refcount", "resizes")
 
 
-def load_recording(path: str) -> Recording:
-    """The recording in `path`, or a FileProblem that says why it is not one."""
+def _parse(path: str, what: str):
+    data = read_bounded(path, what)
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FileProblem(f"{path} is not a {what} (not JSON: {str(e).splitlines()[0]})")
+
+
+def check_recording(rec, path: str) -> Recording:
+    """`rec` if it is a recording this futextrace reads, else a FileProblem that says why."""
     def not_rec(why: str) -> FileProblem:
         return FileProblem(f"{path} is not a futextrace recording ({why})")
-    data = read_bounded(path, "futextrace recording")
-    try:
-        rec = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise not_rec(f"not JSON: {str(e).splitlines()[0]}")
     if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
         got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
         raise not_rec(f"schema is {got!r}, expected {SCHEMA!r}")
@@ -32,6 +35,24 @@ def load_recording(path: str) -> Recording:
     if missing:
         raise not_rec(f"missing {', '.join(missing)}")
     return rec
+
+
+def load_recording(path: str) -> Recording:
+    """The recording in `path`, or a FileProblem that says why it is not one."""
+    return check_recording(_parse(path, "futextrace recording"), path)
+
+
+def load_carried(path: str) -> tuple[Recording, dict | None]:
+    """The recording in `path`, bare or carried by `bench --json` (then with the
+    benchmark's result) or `explain --json`; a FileProblem otherwise."""
+    doc = _parse(path, "futextrace recording")
+    if isinstance(doc, dict) and doc.get("schema") == "futextrace-bench":
+        if not isinstance(doc.get("recording"), dict):
+            raise FileProblem(f"{path} is not a futextrace recording (a bench run without tracing)")
+        return check_recording(doc["recording"], path), doc.get("result")
+    if isinstance(doc, dict) and "schema" not in doc and "explanation" in doc and "recording" in doc:
+        return check_recording(doc["recording"], path), None
+    return check_recording(doc, path), None
 
 
 def write_html(path: str, rec: Recording, title: str, text: str, images: list[Path]) -> None:
