@@ -429,6 +429,7 @@ class Command(TypedDict, total=False):
     exit_status: Optional[int]
     stopped_by_futextrace: bool
     stdout_tail: Optional[str]
+    futex_hash_set: Optional[dict]   # record --slots: the kernel's answers (futextrace set --json's keys)
 
 
 class Window(TypedDict, total=False):

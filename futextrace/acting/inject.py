@@ -13,6 +13,7 @@ it and it completes the same path. Signals that arrive meanwhile are delivered
 (passed on at their stop, or left pending for the kernel when the tracer is gone)."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -42,6 +43,14 @@ class Answer:
     after: int | None = None
     found_in: str = ""
     note: str = ""
+
+    def as_json(self, slots: int, comm: str, pid: int) -> dict:
+        """As `set`/`run --json` write it and a recording keeps it (docs/json-schema.md)."""
+        err = -self.result if self.result is not None and self.result < 0 else None
+        result = None if self.result is None else "ok" if err is None else errno.errorcode.get(err, str(err))
+        return {"pid": pid, "tid": self.tid, "comm": comm, "requested_slots": slots,
+                "before_slots": self.before, "result": result, "after_slots": self.after,
+                "call_through": self.found_in, "note": self.note or None}
 
 
 def _pause(stage: str) -> None:

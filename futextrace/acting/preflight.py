@@ -63,7 +63,7 @@ def check_may_trace(pid: int) -> None:
     if scope >= 1 and not has_cap_sys_ptrace():
         raise EnvironmentProblem(f"kernel.yama.ptrace_scope = {scope} lets only CAP_SYS_PTRACE "
                                  f"attach to {comm} ({pid}): run futextrace as root (sudo)")
-    if os.geteuid() != 0 and not has_cap_sys_ptrace():
+    if not has_cap_sys_ptrace() and os.geteuid():   # root has it unless dropped
         uid = status_fields(pid).get("Uid", "").split()
         if uid and any(int(u) != os.getuid() for u in uid):
             raise EnvironmentProblem(f"{comm} ({pid}) runs as another user: run futextrace as root")

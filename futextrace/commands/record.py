@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import click
 
-from futextrace.errors import EXIT_CODES_HELP, FileProblem, TargetError
+from futextrace.errors import EXIT_CODES_HELP, FileProblem, KernelRefused, TargetError, UsageError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
-from futextrace.output import jsonio
+from futextrace.output import acting_text, jsonio
 from futextrace.output.live_text import LiveView
 from futextrace.output.render import render_text
 from futextrace.record.recorder import RecordOptions, record_command, record_pids
@@ -58,9 +58,13 @@ Examples:
 @click.option("-v", "--verbose", is_flag=True,
               help="list every process in the summary (processes under 1% of the lookups, or beyond "
                    "the 10 busiest, are otherwise folded into one line)")
+@click.option("--slots", "command_slots", type=click.IntRange(min=0), metavar="N",
+              help="with -- COMMAND: start it with N futex hash buckets (0: the global hash), "
+                   "set before its first instruction as `futextrace run` does; kept in the JSON")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,
-            json_path, method, max_futexes, exact_prctl, rt_priority, quiet, verbose, command):
+            json_path, method, max_futexes, exact_prctl, rt_priority, quiet, verbose, command_slots,
+            command):
     """Trace futex hash lookups, refcount traffic and resizes.
 
     With -- COMMAND, starts the command and traces it (and processes it forks)
@@ -68,6 +72,9 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     every process until Ctrl-C or --duration."""
     # With a command, its own output remains (a run traced for its cost alone).
     refuse_quiet_without_output(quiet, json_path, jsonl_path, interval, command)
+    if command_slots is not None and not command:
+        raise UsageError("--slots sets the size of a command futextrace starts: add -- COMMAND "
+                         "(for a running process: futextrace set -p PID --slots N)")
     if not quiet or interval or "-" in (json_path, jsonl_path):
         jsonio.require_stdout()
     jsonio.guard_closed_stdout()
@@ -79,13 +86,14 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
                          max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
                          live_out=LiveView(jsonio.stdout_output()),
-                         exact_prctl=exact_prctl,
+                         exact_prctl=exact_prctl, command_slots=command_slots,
                          command_stdout_to_stderr="-" in (json_path, jsonl_path))
     rec = record_command(list(command), opts) if command else record_pids(opts)
     # A write error during the run ended it early: keep what was recorded
     # (the JSON first, then the summary), then report the error.
     output_error = rec.pop("output_error", None)
     _say_command_status(rec.get("command"))
+    _say_hash_set(rec.get("command"))
     try:
         if jsonl:
             jsonl.close()   # complete: in place even with no interval line
@@ -101,6 +109,16 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     if rec.get("error"):
         raise TargetError(rec["error"])
     say_target_exited(rec)
+    refused = acting_text.refusal((rec.get("command") or {}).get("futex_hash_set") or {"result": None})
+    if refused:
+        raise KernelRefused(f"{rec['command']['futex_hash_set']['comm']} was not started: {refused}")
+
+
+def _say_hash_set(cmd: dict | None) -> None:
+    """record --slots: the kernel's answer, on stderr as `futextrace run` says it."""
+    got = (cmd or {}).get("futex_hash_set")
+    if got and not acting_text.refusal(got):
+        click.echo("futextrace: " + acting_text.result_line(got, "before its first instruction"), err=True)
 
 
 def say_target_exited(rec: Recording) -> None:

@@ -57,12 +57,13 @@ def command(slots, to_global, automatic, json_path, command):
     if want is None:
         click.echo(f"futextrace: {name} ({child.pid}): the kernel's automatic hash, nothing set", err=True)
     else:
-        why = acting_text.refusal(answer, want)
+        doc = answer.as_json(want, name, child.pid)
+        why = acting_text.refusal(doc)
         if not why:
-            click.echo("futextrace: " + acting_text.result_line(
-                answer, want, name, child.pid, "before its first instruction"), err=True)
+            click.echo("futextrace: " + acting_text.result_line(doc, "before its first instruction"),
+                       err=True)
         if out is not None:
-            write_json(out, acting_text.answer_json(answer, want, name, child.pid))
+            write_json(out, doc)
         if why:
             raise KernelRefused(f"{name} was not started: {why}")
     sys.exit(_wait(child))

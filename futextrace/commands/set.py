@@ -58,11 +58,12 @@ def command(pid, tid, slots, to_global, force, dry_run, json_path):
         raise TargetError(f"the kernel did not let futextrace attach to {target.comm} ({pid}) "
                           "(ptrace: EPERM): check kernel.yama.ptrace_scope, CAP_SYS_PTRACE, "
                           "and an LSM (AppArmor, SELinux)") from None
+    doc = answer.as_json(want, target.comm, pid)
     if json_path:
-        write_json(open_output(json_path), acting_text.answer_json(answer, want, target.comm, pid))
-    why = acting_text.refusal(answer, want)
+        write_json(open_output(json_path), doc)
+    why = acting_text.refusal(doc)
     if text_wanted(json_path) and not why:
-        click.echo(acting_text.result_line(answer, want, target.comm, pid, "set while it runs"))
+        click.echo(acting_text.result_line(doc, "set while it runs"))
     if why:
         raise KernelRefused(f"{target.comm} ({pid}): {why}")
 

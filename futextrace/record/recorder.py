@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import time
 
+from futextrace.acting import inject, launch
+from futextrace.errors import TargetError
 from futextrace.loading.maps import MapReader
 from futextrace.record import assemble, attachstate, filternotes, procevents, startup, targets
 from futextrace.record.live import IntervalReporter
@@ -109,6 +111,21 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
     return result
 
 
+def _go(child: targets.StoppedChild, slots: int | None, name: str) -> dict | None:
+    """Let the command exec; with `slots`, set its hash size before its first
+    instruction (acting/launch.py) and return the kernel's answers."""
+    if slots is None:
+        child.go()
+        return None
+    launch.seize_child(child.pid)
+    child.go()
+    try:
+        answer = launch.set_at_exec(child.pid, slots)
+    except inject.InjectionFailed as e:
+        raise TargetError(f"{name}: {e}") from None
+    return answer.as_json(slots, name, child.pid)
+
+
 def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
     """Start `argv`, trace it (and what it forks) until it exits."""
     # forked, waits for go() before exec
@@ -123,7 +140,7 @@ def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
         child.kill()
         raise
     try:
-        child.go()
+        hash_set = _go(child, opts.command_slots, os.path.basename(argv[0]))
         duration = rec.run(until=child.exited)
         stopped = not child.exited()     # the run ended first (duration, signal, write error)
         if stopped:
@@ -133,6 +150,8 @@ def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
         result["command"] = {"argv": argv, "pid": child.pid, "exit_status": child.status(),
                              "stopped_by_futextrace": stopped}
         result["command"]["stdout_tail"] = child.output_tail()
+        if hash_set is not None:
+            result["command"]["futex_hash_set"] = hash_set
     finally:
         rec.close()
         child.kill()

@@ -52,6 +52,7 @@ class RecordOptions:
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
     command_stdout_to_stderr: bool = False   # our stdout carries JSON: the command's goes to stderr
+    command_slots: int | None = None  # record --slots: the command's hash size, set at its exec
     comm_in_bpf: bool = False         # --comm: compare names in BPF even where the proc connector works
 
 

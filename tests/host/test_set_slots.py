@@ -197,3 +197,16 @@ def test_dry_run_changes_nothing(waiter):
     r = ft("set", "-p", str(waiter.pid), "--slots", "512", "--dry-run")
     assert r.returncode == 0 and "nothing done" in r.stdout, r.stderr
     assert waiter.finish()["slots"] != "512"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="record loads BPF")
+def test_record_slots_keeps_the_kernels_answer(bins, tmp_path):
+    import json
+    out = tmp_path / "r.json"
+    r = ft("record", "--slots", "512", "-q", "--json", str(out), "--", str(bins["waiter"]),
+           input="wake\n")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    got = doc["command"]["futex_hash_set"]
+    assert (got["result"], got["after_slots"]) == ("ok", 512), got
+    assert "slots=512" in r.stderr + r.stdout      # the program's own GET_SLOTS (its stdout: stderr)
