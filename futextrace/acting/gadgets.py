@@ -1,7 +1,8 @@
 """The two instruction sequences an injection borrows from the target's own code.
 
 `syscall; ret` makes the call and returns into `mov $15, %rax/%eax; syscall`
-(glibc's and musl's __restore_rt, Go's sigreturn), which ends it with rt_sigreturn.
+(glibc's __restore_rt, in libc.so, ld.so and static binaries), which ends it with
+rt_sigreturn.
 They are read from the target's executable mappings through /proc/PID/mem; nothing
 is written into its code."""
 from __future__ import annotations
