@@ -132,14 +132,16 @@ class _Gone(Exception):
     pass
 
 
-def run_calls(pid: int, tid: int, slots: int, kill_if_refused: bool = False) -> Answer:
+def run_calls(pid: int, tid: int, slots: int, kill_if_refused: bool = False,
+              release=ptrace.detach) -> Answer:
     """With `tid` in a ptrace stop (stop_thread, or the exec stop of a new image):
     GET, SET `slots`, GET, then detach. The thread resumes where it stopped.
     kill_if_refused: a new image the kernel refused the size for is killed before
-    its first instruction (never started half set up)."""
+    its first instruction (never started half set up). release: how the thread is let
+    go (detach; `run --children` keeps it traced and resumes it)."""
     found = gadgets.find(pid)
     if found is None:
-        ptrace.detach(tid)
+        release(tid)
         raise InjectionFailed("no `syscall; ret` and rt_sigreturn sequence in its code "
                               "(not glibc, musl or Go?): futextrace cannot call into it safely")
     saved = ptrace.get_regs(tid)
@@ -147,7 +149,7 @@ def run_calls(pid: int, tid: int, slots: int, kill_if_refused: bool = False) -> 
     base_addr, data = frame.build(resume, ptrace.get_xstate(tid), _blocked_signals(pid, tid),
                                   found.sigreturn)
     if not _stack_room(pid, base_addr, resume.rsp):
-        ptrace.detach(tid)
+        release(tid)
         raise InjectionFailed("the thread's stack has no room for the return frame")
     fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
     try:
@@ -174,7 +176,7 @@ def run_calls(pid: int, tid: int, slots: int, kill_if_refused: bool = False) -> 
     except _Gone:
         return answer
     # At the last exit stop %rip is past `syscall`, %rsp on the frame: `ret` takes it home.
-    ptrace.detach(tid)
+    release(tid)
     return answer
 
 

@@ -37,18 +37,22 @@ def check_not_setuid(cmd: str) -> None:
                           "run futextrace as root")
 
 
-def seize_child(pid: int) -> None:
+def seize_child(pid: int, options: int = ptrace.PTRACE_O_TRACEEXEC | ptrace.PTRACE_O_TRACESYSGOOD) -> None:
     """Before the child is let go: its exec() then stops at PTRACE_EVENT_EXEC."""
-    ptrace.seize(pid, ptrace.PTRACE_O_TRACEEXEC | ptrace.PTRACE_O_TRACESYSGOOD)
+    ptrace.seize(pid, options)
 
 
-def _to_exec_return(pid: int) -> None:
-    """From the exec event to execve's own syscall-exit stop: registers set before it
-    would lose %rax to execve's return value."""
+def to_exec_return(pid: int) -> None:
+    """From an exec event to execve's own syscall-exit stop: registers set before it
+    would lose %rax to execve's return value. Signals on the way are passed on."""
     ptrace.resume(pid, ptrace.PTRACE_SYSCALL)
-    kind, value = ptrace.wait_stop(pid)
-    if kind != "syscall" or ptrace.syscall_stop(pid)[0] != ptrace.SYSCALL_INFO_EXIT:
-        raise inject.InjectionFailed(f"the new image did not stop at its exec's return ({kind} {value})")
+    while True:
+        kind, value = ptrace.wait_stop(pid)
+        if kind == "syscall" and ptrace.syscall_stop(pid)[0] == ptrace.SYSCALL_INFO_EXIT:
+            return
+        if kind in ("exited", "killed"):
+            raise inject.InjectionFailed(f"the new image ended at its exec ({kind} {value})")
+        ptrace.resume(pid, ptrace.PTRACE_SYSCALL, value if kind == "signal" else 0)
 
 
 def set_at_exec(pid: int, slots: int) -> inject.Answer:
@@ -57,7 +61,7 @@ def set_at_exec(pid: int, slots: int) -> inject.Answer:
     while True:
         kind, value = ptrace.wait_stop(pid)
         if kind == "event" and value >> 8 == ptrace.PTRACE_EVENT_EXEC:
-            _to_exec_return(pid)
+            to_exec_return(pid)
             return inject.run_calls(pid, pid, slots, kill_if_refused=True)
         if kind in ("exited", "killed"):
             raise TargetError(f"the command ended before its exec ({kind} {value})")

@@ -25,7 +25,12 @@ PTRACE_GET_SYSCALL_INFO = 0x420e
 SYSCALL_INFO_ENTRY, SYSCALL_INFO_EXIT = 1, 2
 
 PTRACE_O_TRACESYSGOOD = 0x1
+PTRACE_O_TRACEFORK = 0x2
+PTRACE_O_TRACEVFORK = 0x4
+PTRACE_O_TRACECLONE = 0x8
 PTRACE_O_TRACEEXEC = 0x10
+PTRACE_GETEVENTMSG = 0x4201
+PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, PTRACE_EVENT_CLONE = 1, 2, 3
 PTRACE_EVENT_EXEC = 4
 PTRACE_EVENT_STOP = 128
 NT_X86_XSTATE = 0x202
@@ -104,15 +109,27 @@ def syscall_stop(tid: int) -> tuple[int, int]:
     return op, value
 
 
+def event_message(tid: int) -> int:
+    """PTRACE_GETEVENTMSG: at a fork, vfork or clone stop, the new task's id."""
+    msg = ctypes.c_ulong()
+    _call(PTRACE_GETEVENTMSG, tid, 0, ctypes.addressof(msg))
+    return msg.value
+
+
 def wait_stop(tid: int) -> tuple[str, int]:
-    """Waits for the thread's next state change: ("exited", code), ("killed", signo),
-    ("event", event<<8 | stopsig), ("syscall", 0) or ("signal", signo)."""
-    while True:
-        try:
-            _, status = os.waitpid(tid, __WALL)
-            break
-        except InterruptedError:
-            continue
+    """Waits for the thread's next state change (see decode)."""
+    return decode(os.waitpid(tid, __WALL)[1])
+
+
+def wait_any() -> tuple[int, str, int]:
+    """wait_stop for whichever tracee (or child) changes state first: (tid, kind, value)."""
+    tid, status = os.waitpid(-1, __WALL)
+    return (tid, *decode(status))
+
+
+def decode(status: int) -> tuple[str, int]:
+    """A wait status as ("exited", code), ("killed", signo), ("event", event<<8 | stopsig),
+    ("syscall", 0) or ("signal", signo)."""
     if os.WIFEXITED(status):
         return "exited", os.WEXITSTATUS(status)
     if os.WIFSIGNALED(status):

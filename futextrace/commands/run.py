@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from futextrace.acting import inject, launch, preflight
+from futextrace.acting import follow, inject, launch, preflight
 from futextrace.commands.options import json_option
 from futextrace.commands.set import slots_choice
 from futextrace.errors import EXIT_CODES_HELP, KernelRefused, TargetError
@@ -23,9 +23,11 @@ Examples:
 \b
 The size is set in the new program image before its first instruction (the process
 stops at its exec for a moment): dynamically and statically linked programs alike,
-with no preload and an untouched environment. It holds for that process only: a
-process it forks or execs starts with the kernel's automatic hash (the kernel gives
-every new address space its own). A set-user-ID program needs futextrace as root.
+with no preload and an untouched environment. Without --children it holds for that
+process only: a process it forks or execs starts with the kernel's automatic hash
+(the kernel gives every new address space its own). With --children futextrace stays
+the tracer of the program's tree (as strace -f) and sets each new process too, until
+the program exits. A set-user-ID program needs futextrace as root.
 futextrace prints one line on stderr and exits with the program's status.
 """
 
@@ -35,13 +37,18 @@ futextrace prints one line on stderr and exits with the program's status.
               help="buckets: a power of two, at least 2 (the kernel judges)")
 @click.option("--global", "to_global", is_flag=True, help="the global hash, for good")
 @click.option("--auto", "automatic", is_flag=True, help="set nothing: the kernel's automatic size")
+@click.option("--children", is_flag=True,
+              help="also every process it starts (futextrace stays its tracer, as strace -f, "
+                   "until it exits); without it they get the kernel's automatic hash")
 @json_option("the kernel's answers")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(slots, to_global, automatic, json_path, command):
+def command(slots, to_global, automatic, children, json_path, command):
     """Start COMMAND with the given futex hash size."""
-    if automatic and (slots is not None or to_global):
-        raise click.UsageError("--auto sets nothing: leave out --slots/--global")
+    if automatic and (slots is not None or to_global or children):
+        raise click.UsageError("--auto sets nothing: leave out --slots/--global/--children")
     want = None if automatic else slots_choice(slots, to_global)
+    if children:
+        return _run_followed(list(command), want, json_path)
     out = open_output(json_path) if json_path else None
     if want is not None:
         preflight.require_x86_64()
@@ -67,6 +74,32 @@ def command(slots, to_global, automatic, json_path, command):
         if why:
             raise KernelRefused(f"{name} was not started: {why}")
     sys.exit(_wait(child))
+
+
+def _run_followed(argv: list[str], want: int, json_path: str | None) -> None:
+    """run --children: the program and every process it starts (acting/follow.py)."""
+    preflight.require_x86_64()
+    preflight.require_pr_futex_hash()
+    launch.check_not_setuid(argv[0])
+    out = open_output(json_path) if json_path else None
+    child = StoppedChild(argv, stdout_to_stderr=json_path == "-")
+    try:
+        launch.seize_child(child.pid, follow.OPTIONS)
+        child.go()
+    except BaseException:
+        child.kill()
+        raise
+    for s in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(s, signal.SIG_IGN)
+    follower = follow.Follower(child.pid, want)
+    status = follower.run()
+    click.echo("futextrace: " + acting_text.tree_summary(follower.answers, want), err=True)
+    if out is not None:
+        write_json(out, {"processes": follower.answers})
+    root = next((d for d in follower.answers if d["pid"] == child.pid), None)
+    if root and acting_text.refusal(root):
+        raise KernelRefused(f"{root['comm']} was not started: {acting_text.refusal(root)}")
+    sys.exit(128 - status if status < 0 else status)
 
 
 def _start(child: StoppedChild, want: int | None) -> inject.Answer | None:

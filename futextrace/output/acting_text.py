@@ -39,3 +39,15 @@ def result_line(doc: dict, when: str) -> str:
     after = ("the global hash, for good (a later size is refused with EBUSY)" if doc["after_slots"] == 0
              else f"{slots_words(doc['after_slots'])} (custom: the kernel no longer resizes it)")
     return f"{head}: futex hash {slots_words(doc['before_slots'])} -> {after}, {when}"
+
+
+def tree_summary(docs: list[dict], slots: int) -> str:
+    """run --children: one line for the processes that took the size (each by its last
+    image's name), then each refusal or incomplete call."""
+    last = {d["pid"]: d for d in docs}            # a process that exec'd: its last image
+    took = [d for d in last.values() if d["result"] == "ok"]
+    names = ", ".join(f"{d['comm']} ({d['pid']})" for d in took)
+    lines = [f"{asked_words(slots)} set in {len(took)} process{'es' if len(took) != 1 else ''}"
+             + (f": {names}" if names else "")]
+    lines += [result_line(d, "at its start") for d in last.values() if d["result"] != "ok"]
+    return "\nfutextrace: ".join(lines)

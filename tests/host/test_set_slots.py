@@ -3,18 +3,17 @@ each target prints its own PR_FUTEX_HASH GET_SLOTS (tests/data/waiter.c, t_slots
 The live target has a main thread blocked in FUTEX_WAIT while others make futex calls."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import REPO, needs_private_hash
-
-FT = [sys.executable, "-m", "futextrace.cli"]
+from futextrace.workload.build import workload_path
+from tests.host.conftest import FT, REPO, needs_bpf, needs_private_hash, one_line_error
 pytestmark = [needs_private_hash,
               pytest.mark.skipif(os.geteuid() != 0, reason="ptrace of another user's process needs root"),
               pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 only")]
@@ -32,9 +31,9 @@ def bins(tmp_path_factory):
     return out
 
 
-def ft(*args, env=None, **kw):
-    return subprocess.run(FT + list(args), capture_output=True, text=True, timeout=60,
-                          env=env, cwd=REPO, **kw)
+def ft(*args, **kw):
+    """futextrace ARGS; kw: subprocess.run's (`input` for a target that reads stdin)."""
+    return subprocess.run(FT + list(args), capture_output=True, text=True, timeout=60, cwd=REPO, **kw)
 
 
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
@@ -44,6 +43,32 @@ def test_run_sets_the_size_before_the_program_runs(bins, kind, size):
     r = ft("run", *flag, "--", str(bins[kind]))
     assert r.returncode == 7, r.stderr          # the program's own exit status
     assert r.stdout.strip() == f"slots={0 if size == 'global' else size}", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("flag, want", [(["--slots", "64"], 64), (["--slots", "2"], 2),
+                                        (["--global"], 0), (["--auto"], None)])
+def test_the_builtin_workload_under_run(flag, want):
+    """Its own GET_SLOTS before its threads start and after they joined: a custom size
+    stays through thread creation; the automatic one grows as the kernel sizes it."""
+    r = ft("run", *flag, "--", str(workload_path()), "-t", "2", "-f", "16", "-r", "0.2")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    if want is None:
+        assert got["slots_before_threads"] == 0 and got["slots_after"] >= 16, got
+    else:
+        assert (got["slots_before_threads"], got["slots_after"]) == (want, want), got
+
+
+def test_children_get_the_size_only_when_asked(bins, tmp_path):
+    script = tmp_path / "tree.sh"
+    script.write_text(f"#!/bin/sh\n{bins['dynamic']}\n{bins['static']}\n( {bins['dynamic']} ) &\nwait\n")
+    script.chmod(0o755)
+    followed = ft("run", "--slots", "32", "--children", "--", str(script))
+    alone = ft("run", "--slots", "32", "--", str(script))
+    assert followed.returncode == 0 and alone.returncode == 0, followed.stderr + alone.stderr
+    assert followed.stdout.split() == ["slots=32"] * 3, followed.stdout
+    assert alone.stdout.split() == ["slots=0"] * 3, alone.stdout   # not inherited (futex_mm_init)
+    assert "32 buckets set in" in followed.stderr, followed.stderr
 
 
 def test_run_auto_sets_nothing(bins):
@@ -60,7 +85,6 @@ def test_run_refused_size_does_not_start_the_program(bins):
 def test_run_keeps_the_answer_in_json(bins, tmp_path):
     out = tmp_path / "a.json"
     r = ft("run", "--slots", "32", "--json", str(out), "--", str(bins["dynamic"]))
-    import json
     doc = json.loads(out.read_text())
     assert r.returncode == 7 and doc["after_slots"] == 32 and doc["result"] == "ok", doc
 
@@ -145,9 +169,7 @@ def test_futextrace_killed_mid_injection_leaves_the_target_running(waiter, stage
 
 
 def one_line_refusal(r, code: int, words: str):
-    assert r.returncode == code, (r.returncode, r.stderr)
-    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
-    assert words in r.stderr, r.stderr
+    assert words in one_line_error(r, code), r.stderr
 
 
 def test_refusals_of_the_kernel(waiter):
@@ -199,9 +221,8 @@ def test_dry_run_changes_nothing(waiter):
     assert waiter.finish()["slots"] != "512"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="record loads BPF")
+@needs_bpf
 def test_record_slots_keeps_the_kernels_answer(bins, tmp_path):
-    import json
     out = tmp_path / "r.json"
     r = ft("record", "--slots", "512", "-q", "--json", str(out), "--", str(bins["waiter"]),
            input="wake\n")
