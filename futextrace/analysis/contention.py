@@ -34,11 +34,44 @@ BLIND_SPOTS = [
 ]
 
 
-def _cause(futexes: set[int]) -> str:
+def cause_of(futexes: set[int]) -> str:
+    """The one rule for a bucket's waits, in the recording, `record -i` and `serve`
+    (0: a waiter whose futex could not be named)."""
     known = futexes - {0}
     if len(known) >= 2:
         return "collision"
     return "same_futex" if known else "unknown"
+
+
+class WaitBook:
+    """Bucket-lock waits as they grow: fed the lock_waits map's cumulative rows
+    (bpf/contention.h) again and again, it returns each bucket's new waits since the
+    last feed, with the cause its futexes give it so far (`record -i` per interval,
+    `serve` per scrape). High-water marks per row, so nothing is counted twice."""
+
+    def __init__(self):
+        self.high: dict[tuple, tuple[int, int]] = {}     # map key -> (waits, ns)
+        self.futexes: dict[tuple, set[int]] = {}         # (tgid, mask, bucket) -> futexes seen
+
+    def feed(self, rows: list[dict]) -> dict[tuple, tuple[int, int, str]]:
+        """(tgid, mask, bucket) -> (new waits, new wait ns, cause), buckets that waited only."""
+        deltas: dict[tuple, list[int]] = {}
+        for r in rows:
+            key = (r["tgid"], r["hash_mask"], r["bucket"], r["uaddr"])
+            w0, n0 = self.high.get(key, (0, 0))
+            if r["waits"] <= w0 and r["wait_ns"] <= n0:
+                continue
+            self.high[key] = (max(w0, r["waits"]), max(n0, r["wait_ns"]))
+            self.futexes.setdefault(key[:3], set()).add(r["uaddr"])
+            d = deltas.setdefault(key[:3], [0, 0])
+            d[0] += max(0, r["waits"] - w0)
+            d[1] += max(0, r["wait_ns"] - n0)
+        return {b: (w, ns, cause_of(self.futexes[b])) for b, (w, ns) in deltas.items()}
+
+    def forget(self, tgids: set[int]) -> None:
+        """Processes no longer followed: their marks go."""
+        self.high = {k: v for k, v in self.high.items() if k[0] not in tgids}
+        self.futexes = {k: v for k, v in self.futexes.items() if k[0] not in tgids}
 
 
 def _zero() -> dict:
@@ -58,12 +91,12 @@ def _buckets(rows: list[dict]) -> dict[tuple, dict]:
         b["futexes"].append({"uaddr": hex(r["uaddr"]) if r["uaddr"] else None,
                              "waits": r["waits"], "wait_ns": r["wait_ns"]})
     for b in out.values():
-        b["cause"] = _cause({int(f["uaddr"], 16) if f["uaddr"] else 0 for f in b["futexes"]})
+        b["cause"] = cause_of({int(f["uaddr"], 16) if f["uaddr"] else 0 for f in b["futexes"]})
         b["futexes"].sort(key=lambda f: -f["wait_ns"])
     return out
 
 
-def by_cause(buckets) -> dict:
+def bycause_of(buckets) -> dict:
     split = _zero()
     for b in buckets:
         split[b["cause"]]["waits"] += b["waits"]
@@ -80,14 +113,14 @@ def section(rows: list[dict], counters: dict, duration_s: float, status: str,
         mine = sorted((b for k, b in buckets.items() if k[0] == tgid), key=lambda b: -b["wait_ns"])
         waits, ns = sum(b["waits"] for b in mine), sum(b["wait_ns"] for b in mine)
         procs.append({"pid": tgid, "comm": (comms or {}).get(tgid), "waits": waits, "wait_ns": ns,
-                      "wait_ms_per_s": _per_s(ns, duration_s), "by_cause": by_cause(mine),
+                      "wait_ms_per_s": _per_s(ns, duration_s), "by_cause": bycause_of(mine),
                       "buckets_waited": len(mine), "buckets": mine[:top]})
     procs.sort(key=lambda p: -p["wait_ns"])
     allb = list(buckets.values())
     return {"status": status, "window_s": duration_s,
             "waits": sum(b["waits"] for b in allb), "wait_ns": sum(b["wait_ns"] for b in allb),
             "wait_ms_per_s": _per_s(sum(b["wait_ns"] for b in allb), duration_s),
-            "by_cause": by_cause(allb), "waits_lost": counters.get("WAITS_LOST", 0),
+            "by_cause": bycause_of(allb), "waits_lost": counters.get("WAITS_LOST", 0),
             "processes": procs, "blind_spots": BLIND_SPOTS}
 
 

@@ -58,7 +58,7 @@ class FutexCollector:
         self.retention = Retention(grace_s)
         self.folded_resizes: Counter = Counter()   # resizes of forgotten processes
         self.highwater = HighWater()
-        self.lock_book = lockwaits.LockWaitBook()   # bucket-lock wait series (export/lockwaits.py)
+        self.lock_book = lockwaits.LockWaitSeries()   # bucket-lock wait series (export/lockwaits.py)
         self.stats = {"reads": 0, "errors": 0, "read_s": 0.0, "floor_s": min_interval,
                       "over_budget": 0, "age_s": 0.0}
         self.lock = threading.Lock()       # guards the cached answer and the read in flight

@@ -15,32 +15,20 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily
 
-from futextrace.analysis.contention import CAUSES
+from futextrace.analysis.contention import CAUSES, WaitBook
 from futextrace.export.series import OTHER
 
 
-class LockWaitBook:
+class LockWaitSeries:
+    """The exporter's wait counters per label and cause, from one cumulative WaitBook."""
+
     def __init__(self):
-        self.raw: dict[tuple, tuple[int, int]] = {}     # map key -> (waits, ns) high-water
-        self.futexes: dict[tuple, set[int]] = {}        # (tgid, mask, bucket) -> futexes seen
+        self.book = WaitBook()
         self.own: dict[int, dict[str, list[int]]] = {}  # tgid -> cause -> [waits, ns]
         self.other = {c: [0, 0] for c in CAUSES}
 
     def update(self, rows: list[dict], labelled: set[int]) -> None:
-        deltas: dict[tuple, list[int]] = {}
-        for r in rows:
-            key = (r["tgid"], r["hash_mask"], r["bucket"], r["uaddr"])
-            w0, n0 = self.raw.get(key, (0, 0))
-            if r["waits"] <= w0 and r["wait_ns"] <= n0:
-                continue
-            self.raw[key] = (max(w0, r["waits"]), max(n0, r["wait_ns"]))
-            self.futexes.setdefault(key[:3], set()).add(r["uaddr"])
-            d = deltas.setdefault(key[:3], [0, 0])
-            d[0] += max(0, r["waits"] - w0)
-            d[1] += max(0, r["wait_ns"] - n0)
-        for bucket, (w, ns) in deltas.items():
-            known = self.futexes[bucket] - {0}
-            cause = "collision" if len(known) >= 2 else "same_futex" if known else "unknown"
+        for bucket, (w, ns, cause) in self.book.feed(rows).items():
             tgid = bucket[0]
             into = (self.own.setdefault(tgid, {c: [0, 0] for c in CAUSES}) if tgid in labelled
                     else self.other)
@@ -51,8 +39,7 @@ class LockWaitBook:
         """Processes the exporter forgot: their series and high-water marks go."""
         for t in tgids:
             self.own.pop(t, None)
-        self.raw = {k: v for k, v in self.raw.items() if k[0] not in tgids}
-        self.futexes = {k: v for k, v in self.futexes.items() if k[0] not in tgids}
+        self.book.forget(tgids)
 
     def families(self, labelled: set[int], comm_label) -> list:
         waits = CounterMetricFamily(
@@ -81,7 +68,7 @@ def read_rows(recorder) -> list[dict]:
     return rows() if rows is not None else []
 
 
-def forget(recorder, book: LockWaitBook, tgids: set[int]) -> None:
+def forget(recorder, book: LockWaitSeries, tgids: set[int]) -> None:
     """Processes the exporter forgot: their series go, and their map entries."""
     book.forget(tgids)
     delete = getattr(recorder, "forget_lock_waits", None)

@@ -27,6 +27,10 @@ def number(v, kind: str, signed: bool = False) -> str:
     sign = "+" if signed else ""
     if kind == "share":
         return f"{v * 100:{sign}.1f}" + (" pp" if signed else "%")
+    if kind == "ms" and v and abs(v) < 1:
+        # Three significant digits: MariaDB's 0.00041 and 0.00084 ms/s both read "0.000"
+        # with three decimals, beside a ratio of ×2.04.
+        return f"{v:{sign}.3g}"
     if kind == "ms":
         return f"{v:{sign}.3f}"
     if kind == "rate" and abs(v) < 100:

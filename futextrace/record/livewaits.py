@@ -4,36 +4,26 @@ The cause of a bucket is as in the recording (analysis/contention.py), over
 everything seen since the start: collision once two futexes have waited on it."""
 from __future__ import annotations
 
-from futextrace.analysis.contention import CAUSES
+from futextrace.analysis.contention import CAUSES, WaitBook
 from futextrace.kernel.sizing import buckets_of
 
 TOP_BUCKETS = 3
 
 
-class WaitDeltas:
+class IntervalWaits:
+    """The `lock_waits` part of each interval row, from one cumulative WaitBook."""
+
     def __init__(self):
-        self.prev: dict[tuple, tuple[int, int]] = {}     # map key -> (waits, ns)
-        self.futexes: dict[tuple, set[int]] = {}          # (tgid, mask, bucket) -> futexes seen
+        self.book = WaitBook()
 
     def interval(self, rows: list[dict], span: float, comms: dict[int, str]) -> dict:
         """The `lock_waits` part of an interval row (docs/json-schema.md, intervals)."""
-        per_bucket: dict[tuple, list[int]] = {}
-        for r in rows:
-            key = (r["tgid"], r["hash_mask"], r["bucket"], r["uaddr"])
-            w0, n0 = self.prev.get(key, (0, 0))
-            self.prev[key] = (r["waits"], r["wait_ns"])
-            self.futexes.setdefault(key[:3], set()).add(r["uaddr"])
-            if r["waits"] > w0:
-                d = per_bucket.setdefault(key[:3], [0, 0])
-                d[0] += r["waits"] - w0
-                d[1] += r["wait_ns"] - n0
+        per_bucket = self.book.feed(rows)
         per_s = (lambda ns: round(ns / 1e6 / span, 3)) if span > 0 else (lambda ns: None)
         causes = {c: 0 for c in CAUSES}
         procs: dict[int, int] = {}
         buckets = []
-        for (tgid, mask, bucket), (w, ns) in per_bucket.items():
-            known = self.futexes[(tgid, mask, bucket)] - {0}
-            cause = "collision" if len(known) >= 2 else "same_futex" if known else "unknown"
+        for (tgid, mask, bucket), (w, ns, cause) in per_bucket.items():
             causes[cause] += ns
             procs[tgid] = procs.get(tgid, 0) + ns
             buckets.append({"pid": tgid, "bucket": bucket, "buckets": buckets_of(mask), "waits": w,
@@ -41,8 +31,8 @@ class WaitDeltas:
         buckets.sort(key=lambda b: -b["_ns"])
         for b in buckets:
             del b["_ns"]
-        return {"waits": sum(w for w, _ in per_bucket.values()),
-                "wait_ms_per_s": per_s(sum(ns for _, ns in per_bucket.values())),
+        return {"waits": sum(w for w, _, _ in per_bucket.values()),
+                "wait_ms_per_s": per_s(sum(ns for _, ns, _ in per_bucket.values())),
                 "by_cause_ms_per_s": {c: per_s(ns) for c, ns in causes.items()},
                 "processes": [{"pid": t, "comm": comms.get(t, "?"), "wait_ms_per_s": per_s(ns)}
                               for t, ns in sorted(procs.items(), key=lambda kv: -kv[1])],

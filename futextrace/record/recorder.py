@@ -14,7 +14,7 @@ from futextrace.errors import TargetError
 from futextrace.loading.maps import MapReader
 from futextrace.record import assemble, attachstate, filternotes, procevents, startup, targets
 from futextrace.record.live import IntervalReporter
-from futextrace.record.livewaits import WaitDeltas
+from futextrace.record.livewaits import IntervalWaits
 from futextrace.record.session import RecordOptions, TraceSession
 
 
@@ -27,7 +27,7 @@ class Recorder:
         self.session = TraceSession(opts, model)
         self.reader: MapReader | None = None
         self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
-        self.lock_deltas = WaitDeltas()     # bucket-lock waits per interval (record/livewaits.py)
+        self.lock_deltas = IntervalWaits()     # bucket-lock waits per interval (record/livewaits.py)
 
     def start(self):
         self.session.start()

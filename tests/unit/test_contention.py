@@ -75,9 +75,9 @@ def test_no_size_when_futexes_never_part_below_the_limit():
 
 def test_live_interval_rates_and_causes():
     from futextrace.output.live_text import wait_lines
-    from futextrace.record.livewaits import WaitDeltas
+    from futextrace.record.livewaits import IntervalWaits
     a, b = _pair(True)
-    d = WaitDeltas()
+    d = IntervalWaits()
     first = d.interval([row(1, 3, a, 10, 2_000_000)], 1.0, {1: "w"})
     assert first["wait_ms_per_s"] == 2.0 and first["by_cause_ms_per_s"]["same_futex"] == 2.0
     # b joins the bucket: from now on its waits are collision; a's earlier ones stay where they were
@@ -120,9 +120,9 @@ def test_record_text_names_the_buckets_it_leaves_out():
 
 
 def test_exporter_series_never_go_backwards_and_stay_bounded():
-    from futextrace.export.lockwaits import LockWaitBook
+    from futextrace.export.lockwaits import LockWaitSeries
     a, b = _pair(True)
-    book = LockWaitBook()
+    book = LockWaitSeries()
     book.update([row(1, 3, a, 10, 1000), row(2, 5, a, 4, 400)], labelled={1})
     fam = {tuple(s.labels.values()): s.value for s in book.families({1}, lambda t: "w")[0].samples}
     assert fam[("1", "w", "same_futex")] == 10 and fam[("", "other", "same_futex")] == 4
@@ -141,3 +141,20 @@ def test_small_wait_rate_in_the_total_unit():
     a, _ = _pair(True)
     text = "\n".join(contention_lines(rec_of([row(1, 3, a, 3, 30_000)])["contention"]))
     assert "3 waits, 30.0 us in 2.00 s (15 us/s)" in text, text
+
+
+def test_one_wait_book_serves_the_live_view_and_the_exporter():
+    """record -i and serve feed the same rows to the same WaitBook: the same new waits,
+    with the same cause, come out of both."""
+    from futextrace.export.lockwaits import LockWaitSeries
+    from futextrace.record.livewaits import IntervalWaits
+    a, b = _pair(True)
+    feeds = [[row(1, 3, a, 10, 1000)], [row(1, 3, a, 12, 1500), row(1, 3, b, 2, 100)]]
+    live, series = IntervalWaits(), LockWaitSeries()
+    for rows in feeds:
+        live_causes = live.interval(rows, 1.0, {})["by_cause_ms_per_s"]
+        series.update(rows, labelled={1})
+    ns = {c: v[1] for c, v in series.own[1].items()}
+    assert ns == {"collision": 600, "same_futex": 1000, "unknown": 0}
+    assert live_causes["collision"] == round(600 / 1e6, 3) and live_causes["same_futex"] == 0.0
+    assert C.cause_of({a, b}) == "collision" and C.cause_of({a}) == "same_futex" and C.cause_of({0}) == "unknown"
