@@ -10,7 +10,10 @@ anything. Map references (ld_imm64, src_reg 1) are written as the map's
 name, not its fd, so the digests do not depend on fd numbering. Each variant
 is also compiled with -DFT_MAPS_ONLY (what a cached program is replayed
 with, futextrace/loading/progcache.py): its maps must be the full text's.
-The tree measured is the one this script sits in.
+The tree measured is the one this script sits in. --stack-blind also
+writes every stack offset (r10-relative loads, stores and `rX = r10; rX +=
+imm` address computations) as 0: two builds that differ only in their stack
+frame's layout then have the same digests.
 """
 from __future__ import annotations
 
@@ -57,19 +60,26 @@ VARIANTS = {
 }
 
 
-def normalized(insns: bytes, fd_names: dict[int, str]) -> bytes:
+def normalized(insns: bytes, fd_names: dict[int, str], stack_blind: bool = False) -> bytes:
     """The instructions with each map fd replaced by its map's name."""
     out = bytearray()
+    frame_reg = -1                  # the register just set to r10, if any
     for k in range(0, len(insns) - 7, 8):
         code, regs, off, imm = struct.unpack_from("<BBhi", insns, k)
-        if code == 0x18 and regs >> 4 == 1 and imm in fd_names:
+        dst, src = regs & 15, regs >> 4
+        if stack_blind and (code & 7) in (1, 2, 3) and 10 in (dst, src):   # LDX, ST, STX on the frame
+            out += struct.pack("<BBhi", code, regs, 0, imm)
+        elif stack_blind and code == 0x07 and dst == frame_reg:                # rX += imm after rX = r10
+            out += struct.pack("<BBhi", code, regs, off, 0)
+        elif code == 0x18 and src == 1 and imm in fd_names:
             out += struct.pack("<BBh", code, regs, off) + b"map:" + fd_names[imm].encode() + b";"
         else:
             out += insns[k:k + 8]
+        frame_reg = dst if code == 0xbf and src == 10 else -1
     return bytes(out)
 
 
-def digests(BPF, text: str, flags: list[str]) -> tuple[dict[str, str], dict]:
+def digests(BPF, text: str, flags: list[str], stack_blind: bool = False) -> tuple[dict[str, str], dict]:
     """sha256 of each function's instructions, and the maps' descriptions."""
     from bcc import lib
     b = BPF(text=text.encode(), cflags=flags)
@@ -79,7 +89,7 @@ def digests(BPF, text: str, flags: list[str]) -> tuple[dict[str, str], dict]:
         funcs = {}
         for i in range(lib.bpf_num_functions(b.module)):
             name = lib.bpf_function_name(b.module, i).decode()
-            funcs[name] = hashlib.sha256(normalized(b.dump_func(name.encode()), fd_names)).hexdigest()[:16]
+            funcs[name] = hashlib.sha256(normalized(b.dump_func(name.encode()), fd_names, stack_blind)).hexdigest()[:16]
         return funcs, described
     finally:
         b.cleanup()
@@ -88,6 +98,8 @@ def digests(BPF, text: str, flags: list[str]) -> tuple[dict[str, str], dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=sorted(VARIANTS), help="one method's variants")
+    ap.add_argument("--stack-blind", action="store_true", help="stack offsets written as 0")
+    ap.add_argument("--maps", action="store_true", help="print each map's description too")
     a = ap.parse_args()
     from futextrace.kernel import model as kmodel
     bcc_environment()
@@ -100,12 +112,14 @@ def main() -> int:
         text = source_for(method)
         for name, fkw, extra in variants:
             flags = cflags_for(model, method, Filters(**fkw), 4096, 4) + extra
-            funcs, described = digests(BPF, text, flags)
+            funcs, described = digests(BPF, text, flags, a.stack_blind)
             _, maps_only = digests(BPF, text, flags + ["-DFT_MAPS_ONLY"])
             maps = hashlib.sha256(json.dumps(sorted(described.items())).encode()).hexdigest()[:16]
             same = "same" if maps_only == described else "DIFFERENT"
             status |= maps_only != described
             print(f"{method}/{name} maps {maps} (FT_MAPS_ONLY: {same})")
+            for m in sorted(described) if a.maps else ():
+                print(f"{method}/{name} map {m} {json.dumps(described[m])}")
             for fn in sorted(funcs):
                 print(f"{method}/{name} {fn} {funcs[fn]}")
             sys.stdout.flush()
