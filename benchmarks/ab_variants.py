@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Two builds of futextrace's BPF program side by side, for design work on the
 hot path: A is the tree's own (or another directory's, --base), B the same with
-bpf/futex_common.h (and trace_tp.bpf.c, when the directory has one) taken from
-another directory.
+the bpf/ files another directory has (trace_tp.bpf.c and any of the headers the
+loader pastes, loader.HOT_PATH_HEADERS) taken from it.
 Both are loaded at once; each round runs every size, and per size three runs
 back to back in a rotating order (untraced, A attached, B attached: the
 other's hook detached, futexset.hot_path_detached), so both builds see the
@@ -36,17 +36,19 @@ CONDITIONS = ("untraced", "A", "B")
 
 def build(model, variant: Path | None):
     """futextrace's tracepoint program: the tree's own (variant None), or the
-    tree's with the variant directory's futex_common.h (and trace_tp.bpf.c)."""
+    tree's with each bpf/ file the variant directory has taken from there."""
     from futextrace.loading import loader
     if variant is None:
         return loader.Program(model, "tracepoint")
-    common = (variant / "futex_common.h").read_text()
     own = loader.source_for
 
     def source_variant(method: str) -> str:
-        main = variant / "trace_tp.bpf.c"
-        text = (main if main.exists() else loader.bpf_dir() / "trace_tp.bpf.c").read_text()
-        return text.replace('#include "futex_common.h"', common, 1)
+        def read(name: str) -> str:
+            return (variant / name if (variant / name).exists() else loader.bpf_dir() / name).read_text()
+        text = read("trace_tp.bpf.c")
+        for header in loader.HOT_PATH_HEADERS:
+            text = text.replace(f'#include "{header}"', read(header), 1)
+        return text + "\n" + read("contention.h")
     loader.source_for = source_variant
     try:
         return loader.Program(model, "tracepoint")
@@ -104,7 +106,7 @@ def bpf_ns(a, sizes, prog_a, prog_b) -> None:
                     run_workload(n, a.runtime)
                     c1, t1 = snapshot(prog)
                 ns[n][name].append((t1 - t0) / max(1, c1 - c0))
-    print(f"# B = {a.variant}/futex_common.h, {a.rounds} rounds, futexbench -t 1 -r {a.runtime}, BPF ns per run")
+    print(f"# B = {a.variant}, {a.rounds} rounds, futexbench -t 1 -r {a.runtime}, BPF ns per run")
     for n in sizes:
         A, B = ns[n]["A"], ns[n]["B"]
         print(f"{n:>9,} futexes: A median {statistics.median(A):6.1f} min {min(A):6.1f} ns | "
@@ -119,9 +121,9 @@ def bpf_ns(a, sizes, prog_a, prog_b) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", required=True, type=Path, help="directory holding B's futex_common.h")
+    ap.add_argument("--variant", required=True, type=Path, help="directory holding B's bpf/ files")
     ap.add_argument("--base", type=Path, default=None,
-                    help="directory holding A's futex_common.h (default: A is the tree's own)")
+                    help="directory holding A's bpf/ files (default: A is the tree's own)")
     ap.add_argument("--sizes", default="16,262144,1048576")
     ap.add_argument("--rounds", type=int, default=14)
     ap.add_argument("--runtime", default="0.5")
@@ -131,8 +133,8 @@ def main() -> int:
     if os.geteuid() != 0:
         sys.exit("ab_variants.py: needs root")
     for d in filter(None, (a.variant, a.base)):
-        if not (d / "futex_common.h").is_file():
-            sys.exit(f"ab_variants.py: no futex_common.h in {d}")
+        if not any(d.glob("*.h")) and not (d / "trace_tp.bpf.c").is_file():
+            sys.exit(f"ab_variants.py: no bpf/ file in {d}")
     sizes = [int(s) for s in a.sizes.split(",")]
     from futextrace.kernel import model as kmodel
     model = kmodel.load()

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write the cut-down builds behind docs/figures.md's "The floor of the hook"
 (benchmarks/results/ab-intel-floor.txt) as variant directories for
-ab_variants.py, each a copy of the tree's bpf/futex_common.h and
-bpf/trace_tp.bpf.c with one early return:
+ab_variants.py, each a copy of the tree's bpf/trace_tp.bpf.c and the headers
+it includes with one early return:
 
   empty     ft_btf_sys_enter returns at once (the empty tp_btf hook)
   memoonly  futex_call returns at once: syscall number, task epoch and memo,
@@ -21,13 +21,16 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from futextrace.loading.loader import HOT_PATH_HEADERS  # noqa: E402
+
 BPF = Path(__file__).resolve().parents[1] / "bpf"
 
 # variant -> (file, the text the early return goes after, what is inserted)
 CUTS = {
     "empty": ("trace_tp.bpf.c", "int ft_btf_sys_enter(u64 *ctx)\n{\n", "\treturn 0;\n"),
     "memoonly": ("trace_tp.bpf.c", "\t\t\t\t      void *regs)\n{\n", "\treturn 0;\n"),
-    "cutmiss": ("futex_common.h",
+    "cutmiss": ("lookup_cache.h",
                 "#ifndef CHECK_KERNEL_BUCKET\n\tif (slot_hit(a, &key, atomic) || slot_hit(b, &key, atomic))\n"
                 "\t\treturn;\n#endif\n",
                 "\treturn;\n"),
@@ -39,7 +42,7 @@ def write_variant(out: Path, name: str) -> None:
     target, anchor, insert = CUTS[name]
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
-    for f in ("futex_common.h", "trace_tp.bpf.c"):
+    for f in (*HOT_PATH_HEADERS, "contention.h", "trace_tp.bpf.c"):
         text = (BPF / f).read_text()
         if f == target:
             if text.count(anchor) != 1:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How many new futexes the first-seen filter takes as seen, by simulation.
 
-The filter is bpf/futex_common.h first_seen(), computed here the same way in
+The filter is bpf/seen_filter.h first_seen(), computed here the same way in
 numpy: 2^LOGW 64-bit words; a futex's 32-byte span picks a 64-byte line, its
 slot in the span (rotated by the span's hash) a word of that line, and the key's
 hash sets SEEN_K bits in that word and SEEN_K more in the same slot of a second

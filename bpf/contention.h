@@ -3,7 +3,7 @@
  * Bucket-lock contention, shared by every attach method: lock:contention_begin
  * and lock:contention_end (tp_btf where the kernel takes it, else raw
  * tracepoints; the loader picks). Appended to the method's text by
- * loader.source_for(), after futex_common.h, whose hash_private(), LOAD-free
+ * loader.source_for(), after the hot-path headers, whose hash_private(), LOAD-free
  * read_ptr() and filters it uses.
  *
  * A wait is a bucket-lock wait only by address: the lock lies inside the

@@ -3,7 +3,7 @@
  * What the methods that see futex_hash() itself share (kprobe and fentry):
  * the key as the kernel passes it, and where the bucket the kernel returned
  * lies, to check our own jhash2 against. Pasted into the program text by
- * futextrace/loading/loader.py (source_for), after futex_common.h.
+ * futextrace/loading/loader.py (source_for), after the hot-path headers (loader.HOT_PATH_HEADERS).
  */
 #define FUT_OFF_INODE_ 1
 #define FUT_OFF_MMSHARED_ 2

@@ -14,7 +14,14 @@
  * as plain numbers, which may enter arithmetic and maps.
  */
 #define CHECK_KERNEL_BUCKET
-#include "futex_common.h"
+#include "maps.h"
+#include "filters.h"
+#include "futex_hash.h"
+#include "tiers.h"
+#include "seen_filter.h"
+#include "lookup_cache.h"
+#include "task_memo.h"
+#include "task_events.h"
 #include "kernel_bucket.h"
 
 /* Tasks inside futex_hash_put(hb), where put_plan is 'marked': the

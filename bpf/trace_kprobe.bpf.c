@@ -14,7 +14,14 @@
 #include <uapi/linux/ptrace.h>
 /* The kernel returns the bucket it chose: check ours against it on every lookup. */
 #define CHECK_KERNEL_BUCKET
-#include "futex_common.h"
+#include "maps.h"
+#include "filters.h"
+#include "futex_hash.h"
+#include "tiers.h"
+#include "seen_filter.h"
+#include "lookup_cache.h"
+#include "task_memo.h"
+#include "task_events.h"
 #include "kernel_bucket.h"
 
 BPF_HASH(inflight, u64, struct key_copy, 10240);

@@ -9,13 +9,8 @@
  * (io_uring futex ops, robust-list/exit wakes, PI handoffs), retries inside one
  * syscall, and the bucket of shared (non-private) futexes.
  */
-/* The memo of the current task (below): not with filters whose answer may
- * change without a task event (the name, the cgroup, a tgid set that user
- * space keeps as processes come and go: --comm). */
-#if !defined(FILTER_COMM) && !defined(FILTER_CGROUP) && !defined(FILTER_TGID_LIVE)
-#define TASK_MEMO
-#endif
-#include "futex_common.h"
+/* This method keeps a memo of the current task (task_memo.h). */
+#define TASK_MEMO_METHOD
 
 #define NR_futex 202
 #define NR_prctl 157
@@ -25,12 +20,42 @@
 #define NR_futex_requeue 456
 #define PR_FUTEX_HASH_ 78
 #define PR_FUTEX_HASH_SET_SLOTS_ 1
+/* futex(2)'s op word: the command, and flags that do not change its keys. */
+#define FUTEX_WAIT_ 0
+#define FUTEX_WAKE_ 1
+#define FUTEX_REQUEUE_ 3
+#define FUTEX_CMP_REQUEUE_ 4
+#define FUTEX_WAKE_OP_ 5
+#define FUTEX_LOCK_PI_ 6
+#define FUTEX_UNLOCK_PI_ 7
+#define FUTEX_TRYLOCK_PI_ 8
+#define FUTEX_WAIT_BITSET_ 9
+#define FUTEX_WAKE_BITSET_ 10
+#define FUTEX_WAIT_REQUEUE_PI_ 11
+#define FUTEX_CMP_REQUEUE_PI_ 12
+#define FUTEX_LOCK_PI2_ 13
+#define FUTEX_PRIVATE_FLAG_ 128
+#define FUTEX_CLOCK_REALTIME_ 256
+/* futex2's flags (futex_wait, futex_wake, futex_waitv entries). */
+#define FUTEX2_SIZE_MASK_ 0x03
+#define FUTEX2_NUMA_ 0x04
+#define FUTEX2_MPOL_ 0x08
+#define FUTEX2_PRIVATE_ 128
 #define FUTEX_WAITV_MAX_ 128
 #define MAX_NUMNODES_ 1024   /* the kernel's bound on a FUTEX2_NUMA node, before node_possible() */
 /* A futex2 key the kernel rejects before hashing (misaligned, bad node). */
 #define NO_LOOKUP (-3)
 /* The node word could not be read here (page not present): unknown. */
 #define NODE_UNREADABLE (-4)
+
+#include "maps.h"
+#include "filters.h"
+#include "futex_hash.h"
+#include "tiers.h"
+#include "seen_filter.h"
+#include "lookup_cache.h"
+#include "task_memo.h"
+#include "task_events.h"
 
 struct futex_waitv_ { u64 val; u64 uaddr; u32 flags; u32 reserved; };
 
@@ -42,35 +67,10 @@ BPF_HASH(prctl_pending, u32, u8, 1024);
 /* futex_waitv/futex_requeue entries, WAITV_CHUNK at a time through a program
  * that tail-calls itself (see account_waitv). */
 #define WAITV_CHUNK 32
-struct waitv_work { u64 waiters; u64 hash; u32 tgid; u32 hmask; u32 hstate; u32 n; u32 next; u32 is_waitv; };
+struct waitv_work { u64 waiters; u64 has_phash; u32 tgid; u32 hmask; u32 hstate; u32 n; u32 next; u32 is_waitv; };
 BPF_PERCPU_ARRAY(waitv_work, struct waitv_work, 1);
 BPF_PROG_ARRAY(waitv_progs, 1);
 
-#ifdef TASK_MEMO
-/* Per CPU, the last task whose futex call took the full path: its pt_regs
- * address (its kernel stack's, unique among live tasks), its process, whether
- * it is traced, and its private hash (present, size) while that is settled
- * (no replacement pending, per-CPU refcount). Good while task_epoch's gen is
- * `gen`: a later call of that task on this CPU needs no
- * bpf_get_current_task_btf(), a real call on kernels that do not inline it.
- * At most MEMO_HITS calls in a row: a change the epoch missed (a prctl whose
- * sys_enter run the kernel skipped) lasts that long at most. */
-#define MEMO_HITS 64
-struct task_memo { u64 regs; u64 gen; u32 tgid; u32 hmask; u16 has_hash; u16 wanted; u32 left; };
-BPF_PERCPU_ARRAY(task_memo, struct task_memo, 1);
-
-static __always_inline void memo_fill(struct task_memo *m, void *regs, u64 gen, u32 tgid, u32 hmask,
-				      u16 has_hash, u16 wanted)
-{
-	m->regs = (u64)regs;
-	m->gen = gen;
-	m->tgid = tgid;
-	m->hmask = hmask;
-	m->has_hash = has_hash;
-	m->wanted = wanted;
-	m->left = MEMO_HITS;
-}
-#endif
 
 #ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
@@ -104,7 +104,7 @@ static __always_inline s32 futex2_node(u64 uaddr, u32 flags)
 
 /* One futex2 key: futex_wait/futex_wake through the cache, a
  * futex_waitv/futex_requeue entry (`direct`) straight into the map. */
-static __always_inline void account_futex2(u32 tgid, u64 hash, u32 hmask, u32 hstate,
+static __always_inline void account_futex2(u32 tgid, u64 has_phash, u32 hmask, u32 hstate,
 					   u64 uaddr, u32 flags, int direct)
 {
 	s32 node = futex2_node(uaddr, flags);
@@ -115,9 +115,9 @@ static __always_inline void account_futex2(u32 tgid, u64 hash, u32 hmask, u32 hs
 		return;
 	}
 	if (direct)
-		account_direct(tgid, hash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node);
+		account_direct(tgid, has_phash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node);
 	else
-		account_lookup(tgid, 0, hash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node,
+		account_lookup(tgid, 0, has_phash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node,
 			       ~0, -1);
 }
 
@@ -127,9 +127,11 @@ static __always_inline void account_futex2(u32 tgid, u64 hash, u32 hmask, u32 hs
 static __always_inline int futex_cmd_keys(u32 cmd)
 {
 	switch (cmd) {
-	case 0: case 1: case 6: case 7: case 8: case 9: case 10: case 11: case 13:
+	case FUTEX_WAIT_: case FUTEX_WAKE_: case FUTEX_LOCK_PI_: case FUTEX_UNLOCK_PI_:
+	case FUTEX_TRYLOCK_PI_: case FUTEX_WAIT_BITSET_: case FUTEX_WAKE_BITSET_:
+	case FUTEX_WAIT_REQUEUE_PI_: case FUTEX_LOCK_PI2_:
 		return 1;
-	case 3: case 4: case 5: case 12:
+	case FUTEX_REQUEUE_: case FUTEX_CMP_REQUEUE_: case FUTEX_WAKE_OP_: case FUTEX_CMP_REQUEUE_PI_:
 		return 2;
 	}
 	return 0;
@@ -150,7 +152,7 @@ static __always_inline int futex_cmd_keys(u32 cmd)
  * compares anything.
  */
 
-static __always_inline void account_waitv(void *ctx, u32 tgid, u64 hash, u32 hmask, u32 hstate,
+static __always_inline void account_waitv(void *ctx, u32 tgid, u64 has_phash, u32 hmask, u32 hstate,
 					  u64 waiters, u32 n, u32 is_waitv)
 {
 	if (n == 0 || n > FUTEX_WAITV_MAX_)
@@ -160,7 +162,7 @@ static __always_inline void account_waitv(void *ctx, u32 tgid, u64 hash, u32 hma
 	if (!w)
 		return;
 	w->waiters = waiters;
-	w->hash = hash;
+	w->has_phash = has_phash;
 	w->tgid = tgid;
 	w->hmask = hmask;
 	w->hstate = hstate;
@@ -194,7 +196,7 @@ static __always_inline int waitv_chunk(void *ctx)
 				*c += n - i;
 			return 0;
 		}
-		account_futex2(w->tgid, w->hash, w->hmask, w->hstate, e.uaddr, e.flags, 1);
+		account_futex2(w->tgid, w->has_phash, w->hmask, w->hstate, e.uaddr, e.flags, 1);
 		u32 now = 0;
 		if (w->is_waitv && !bpf_probe_read_user(&now, sizeof(now), (void *)e.uaddr) &&
 		    now != (u32)e.val)
@@ -227,25 +229,22 @@ static __always_inline int traced_nr(u64 nr)
 	       nr == NR_futex_waitv || nr == NR_futex_requeue || nr == NR_prctl;
 }
 
-static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 hash, u32 hmask, u32 hstate,
+static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 has_phash, u32 hmask, u32 hstate,
 				      void *regs);
 
 /* The full path: the task's ids and hash through BTF-typed loads; `m` (may
  * be NULL) is the memo to fill when the hash is settled, `gen` the epoch read
  * before any of it. */
 static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *task, void *regs,
-					void *m, u64 gen)
+					struct task_memo *m, u64 gen)
 {
 	u32 tgid = LOAD(u32, task, OFF_TASK_TGID);
 	u32 tid = LOAD(u32, task, OFF_TASK_PID);
 	u32 wanted = task_wanted(tgid, tid);
-#ifdef TASK_MEMO
-	struct task_memo *tm = m;
-	if (tm && !wanted && nr != NR_prctl) {
-		memo_fill(tm, regs, gen, tgid, 0, 0, 0);
+	if (m && !wanted && nr != NR_prctl) {   /* the memo remembers an untraced task too */
+		memo_fill(m, regs, gen, tgid, 0, 0, 0);
 		return 0;
 	}
-#endif
 	if (!wanted)
 		return 0;
 
@@ -259,12 +258,10 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 			 * with the hash state, enough to tell -EINVAL and -EBUSY. */
 			emit_task_event(FTE_PRCTL_ENTER, LOAD(u64, regs, OFF_REGS_DX),
 					LOAD(u64, regs, OFF_REGS_SI), LOAD(u64, regs, OFF_REGS_R10));
-#ifdef TASK_MEMO
 			/* Only SET_SLOTS changes a hash; the GET sub-commands (a
 			 * sampler's GET_SLOTS, then silence) leave memos on. */
 			if (LOAD(u64, regs, OFF_REGS_SI) == PR_FUTEX_HASH_SET_SLOTS_)
 				prctl_opened(tid);
-#endif
 		}
 		return 0;
 	}
@@ -281,19 +278,17 @@ static __always_inline int on_sys_enter(void *ctx, u64 nr, struct task_struct *t
 		hstate = LOAD(u32, fph, OFF_FPH_STATE);
 		ident = (1ULL << 40) | ((u64)LOAD(u8, fph, OFF_FPH_CUSTOM) << 32) | hmask;
 	}
-	u64 hash = fph ? 1 : 0;
+	u64 has_phash = fph ? 1 : 0;
 	if (!mmp)
 		return 0;
 	check_hash(tgid, ident);
-#ifdef TASK_MEMO
-	if (tm && (!fph || (!hstate && !LOAD(void *, mmp, OFF_MM_PHASH_NEW))))
-		memo_fill(tm, regs, gen, tgid, hmask, hash, 1);
-#endif
-	return futex_call(ctx, nr, tgid, hash, hmask, hstate, regs);
+	if (m && (!fph || (!hstate && !LOAD(void *, mmp, OFF_MM_PHASH_NEW))))   /* settled */
+		memo_fill(m, regs, gen, tgid, hmask, has_phash, 1);
+	return futex_call(ctx, nr, tgid, has_phash, hmask, hstate, regs);
 }
 
 /* A futex syscall of a traced task: its keys to account_lookup. */
-static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 hash, u32 hmask, u32 hstate,
+static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 has_phash, u32 hmask, u32 hstate,
 				      void *regs)
 {
 	u64 mm = 0;
@@ -305,23 +300,23 @@ static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 hash, u32
 		int priv = !!(op & FUTEX_PRIVATE_FLAG_);
 		if (nkeys == 0 || (uaddr & 3))
 			return 0;
-		account_lookup(tgid, mm, hash, hmask, hstate, uaddr, priv, -1, ~0, -1);
+		account_lookup(tgid, mm, has_phash, hmask, hstate, uaddr, priv, -1, ~0, -1);
 		if (nkeys == 2) {
 			u64 uaddr2 = LOAD(u64, regs, OFF_REGS_R8);
 			if (!(uaddr2 & 3))
-				account_lookup(tgid, mm, hash, hmask, hstate, uaddr2, priv, -1, ~0, -1);
+				account_lookup(tgid, mm, has_phash, hmask, hstate, uaddr2, priv, -1, ~0, -1);
 		}
 		return 0;
 	}
 	if (nr == NR_futex_wait || nr == NR_futex_wake) {
 		/* futex_wake(uaddr, mask, nr, flags); futex_wait(uaddr, val, mask, flags, ...) */
-		account_futex2(tgid, hash, hmask, hstate, uaddr, LOAD(u64, regs, OFF_REGS_R10), 0);
+		account_futex2(tgid, has_phash, hmask, hstate, uaddr, LOAD(u64, regs, OFF_REGS_R10), 0);
 		return 0;
 	}
 	if (nr == NR_futex_requeue)
-		account_waitv(ctx, tgid, hash, hmask, hstate, uaddr, 2, 0);
+		account_waitv(ctx, tgid, has_phash, hmask, hstate, uaddr, 2, 0);
 	else
-		account_waitv(ctx, tgid, hash, hmask, hstate, uaddr, (u32)arg1, 1);
+		account_waitv(ctx, tgid, has_phash, hmask, hstate, uaddr, (u32)arg1, 1);
 	return 0;
 }
 
@@ -347,35 +342,16 @@ static __always_inline int on_sys_exit(struct task_struct *task, s64 ret)
  */
 int ft_btf_sys_enter(u64 *ctx)
 {
-#ifdef TASK_MEMO
 	/* Other syscalls stop here and read no map (what they still pay over an
 	 * empty hook: docs/figures.md, "A second build machine"). */
 	if (!traced_nr(ctx[1]))
 		return 0;
-	u32 zero = 0;
-	struct task_epoch *ep = task_epoch.lookup(&zero);
-	if (!ep)
+	struct memo_found f = memo_lookup(ctx);
+	if (f.none)
 		return 0;
-	u64 gen = ep->gen, prctls = ep->prctls;
-	if (prctls)   /* a prctl(PR_FUTEX_HASH) caller's next futex or prctl call? */
-		prctl_closed(LOAD(u32, bpf_get_current_task_btf(), OFF_TASK_PID));
-	struct task_memo *m = task_memo.lookup(&zero);   /* not on other syscalls' path */
-	if (!m)
-		return 0;
-	/* Opaque to the compiler, so that after the compare below it still
-	 * reads through this typed pointer, not the memo's equal number. */
-	void *regs = (void *)ctx[0];
-	asm volatile("" : "+r"(regs));
-	if (m->regs == ctx[0] && m->gen == gen && m->left && !prctls && ctx[1] != NR_prctl) {
-		m->left--;
-		return m->wanted ? futex_call(ctx, ctx[1], m->tgid, m->has_hash, m->hmask, 0, regs) : 0;
-	}
-	return on_sys_enter(ctx, ctx[1], bpf_get_current_task_btf(), regs, prctls ? 0 : m, gen);
-#else
-	if (!traced_nr(ctx[1]))
-		return 0;
-	return on_sys_enter(ctx, ctx[1], bpf_get_current_task_btf(), (void *)ctx[0], 0, 0);
-#endif
+	if (f.hit)
+		return f.hit->wanted ? futex_call(ctx, ctx[1], f.hit->tgid, f.hit->has_phash, f.hit->hmask, 0, f.regs) : 0;
+	return on_sys_enter(ctx, f.nr, f.task, f.regs, f.fill, f.gen);
 }
 
 /* Left out while tp_btf is tried: a quarter of the compile time (loader.py). */

@@ -23,6 +23,11 @@ from futextrace.loading.kprobes import attach_kprobes
 from futextrace.loading.progcache import compile_program
 
 METHODS = ("fentry", "kprobe", "tracepoint")
+# The bpf/ headers source_for() pastes where a program's text #includes them
+# (each at most once): all but futextrace.h, which declares no map. Their jobs:
+# docs/architecture.md, "Kernel side".
+HOT_PATH_HEADERS = ("maps.h", "filters.h", "futex_hash.h", "tiers.h", "seen_filter.h", "lookup_cache.h",
+                    "task_memo.h", "task_events.h", "kernel_bucket.h")
 # Per-CPU slots of the lookup cache (64 bytes each): 2048 (128 KiB) so that
 # `perf bench futex hash`'s default, 1024 futexes per thread, is all cache
 # hits; fewer on big machines, so that the whole cache (which user space
@@ -40,7 +45,7 @@ BUCKET_CACHE_BUDGET = 16 << 20    # bytes the per-bucket cache may take (64-byte
 # A lookup-cache miss is admitted to the cache once per ADMIT_EVERY misses
 # counted in its bucket's slot; the others are counted in that slot only.
 ADMIT_EVERY = 32
-# The first-seen filter (bpf/futex_common.h first_seen): 2^19 words (4 MiB,
+# The first-seen filter (bpf/seen_filter.h first_seen): 2^19 words (4 MiB,
 # shared by all CPUs), SEEN_K bits in each of two words per key, the futexes of
 # one 32-byte span in the same two 64-byte lines (a futex array costs two filter
 # lines per 8 futexes, not a line per futex). Simulated
@@ -205,12 +210,13 @@ def _method_cflags(model, method: str) -> list[str]:
 
 
 def source_for(method: str) -> str:
-    """The program text with futex_common.h pasted in: BCC rewrites map calls
-    (`map.lookup()`) only in the main text, never in #included files."""
+    """The program text with the headers of HOT_PATH_HEADERS pasted in: BCC
+    rewrites map calls (`map.lookup()`) only in the main text, never in
+    #included files."""
     name = {"tracepoint": "trace_tp.bpf.c", "kprobe": "trace_kprobe.bpf.c",
             "fentry": "trace_fentry.bpf.c"}[method]
     text = (bpf_dir() / name).read_text()
-    for header in ("futex_common.h", "kernel_bucket.h"):
+    for header in HOT_PATH_HEADERS:
         text = text.replace(f'#include "{header}"', (bpf_dir() / header).read_text(), 1)
     return text + "\n" + (bpf_dir() / "contention.h").read_text()   # every method: bucket-lock waits
 
@@ -301,7 +307,7 @@ class Program:
     def _attach_method(self, BPF, model) -> list[str]:
         """The method's hooks; the probes attached, as listed in the recording."""
         if self.method == "tracepoint":
-            # sched_process_exec: --comm's exec rule, or the task memo's epoch (trace_tp.bpf.c
+            # sched_process_exec: --comm's exec rule, or the task memo's epoch (bpf/task_memo.h
             # TASK_MEMO: compiled unless a name or cgroup filter is)
             f = self.filters
             execs = ["raw_tracepoint:sched_process_exec"] if (

@@ -7,7 +7,7 @@ record/procevents.py) as processes fork (a child keeps its parent's name),
 exec (the name changes) and exit. The hot path does one tgid lookup.
 
 The kernel adds a process itself at exec (a `sched_process_exec` hook that
-compares the new name, COMM_AT_EXEC in bpf/futex_common.h) and at fork, so no
+compares the new name, COMM_AT_EXEC in bpf/task_events.h) and at fork, so no
 call is missed before user space hears of it; the events here remove processes
 at exit and at an exec under another name, and catch up after an overflow.
 What this gives up against the in-kernel compare, said in the recording: a
