@@ -24,6 +24,8 @@ pkgs=(python3-bpfcc python3-venv bpftool linux-headers-amd64 gcc libc6-dev linux
 [ $want_vm = 1 ] && pkgs+=(prometheus)
 # `futextrace set` must refuse a process already under strace: the tests start one.
 [ $want_vm = 1 ] && pkgs+=(strace)
+# `run --slots` on a musl static binary (no rt_sigreturn sequence in it: the fallback path).
+[ $want_vm = 1 ] && pkgs+=(musl-tools)
 # The HTML report's test renders it in a real headless browser.
 [ $want_vm = 1 ] && pkgs+=(chromium)
 # tests/deploy: systemd-analyze verifies the unit (systemd: on any Debian 12 host, not in

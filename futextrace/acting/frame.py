@@ -72,11 +72,14 @@ def _fpstate(xstate: bytes) -> bytes:
 
 
 def build(resume: user_regs_struct, xstate: bytes, sigmask: int,
-          sigreturn_gadget: int) -> tuple[int, bytes]:
-    """(address, bytes) of the frame, placed below the thread's red zone; the injected
-    %rsp is that address (its first word is where `ret` goes: the sigreturn gadget)."""
+          return_words: list[int]) -> tuple[int, bytes]:
+    """(address, bytes) of the frame, placed below the thread's red zone. The injected
+    %rsp is that address: `ret` pops `return_words` on the way to rt_sigreturn, which
+    finds the ucontext right after them (the last word stands where a signal frame's
+    return address would)."""
     fp = _fpstate(xstate)
-    fp_offset = (8 + UCONTEXT_SIZE + SIGINFO_SIZE + 63) & ~63
+    uc_offset = 8 * len(return_words)
+    fp_offset = (uc_offset + UCONTEXT_SIZE + SIGINFO_SIZE + 63) & ~63
     size = fp_offset + len(fp)
     base = (resume.rsp - RED_ZONE - size) & ~63
     uc_flags = UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS | (UC_FP_XSTATE if len(fp) > 512 else 0)
@@ -84,5 +87,5 @@ def build(resume: user_regs_struct, xstate: bytes, sigmask: int,
     uc = (struct.pack("<QQ", uc_flags, 0) + stack_t + _sigcontext(resume, base + fp_offset)
           + struct.pack("<Q", sigmask))
     assert len(uc) == UCONTEXT_SIZE
-    head = struct.pack("<Q", sigreturn_gadget) + uc
+    head = struct.pack(f"<{len(return_words)}Q", *return_words) + uc
     return base, head + bytes(fp_offset - len(head)) + fp

@@ -142,12 +142,13 @@ def run_calls(pid: int, tid: int, slots: int, kill_if_refused: bool = False,
     found = gadgets.find(pid)
     if found is None:
         release(tid)
-        raise InjectionFailed("no `syscall; ret` and rt_sigreturn sequence in its code "
-                              "(not glibc, musl or Go?): futextrace cannot call into it safely")
+        raise InjectionFailed("its code has no `syscall; ret` with a way to rt_sigreturn "
+                              "(`mov $15,%rax; syscall` or `pop %rax; ret`): futextrace cannot "
+                              "call into it safely")
     saved = ptrace.get_regs(tid)
     resume = frame.resume_point(saved)
     base_addr, data = frame.build(resume, ptrace.get_xstate(tid), _blocked_signals(pid, tid),
-                                  found.sigreturn)
+                                  found.return_words())
     if not _stack_room(pid, base_addr, resume.rsp):
         release(tid)
         raise InjectionFailed("the thread's stack has no room for the return frame")

@@ -70,9 +70,10 @@ def command(pid, tid, slots, to_global, force, dry_run, json_path):
 
 def _dry_run(target, want: int) -> None:
     found = gadgets.find(target.pid)
-    how = (f"through `syscall; ret` at {found.syscall_ret:#x} and rt_sigreturn at "
-           f"{found.sigreturn:#x} in {found.where}" if found else
-           "but its code has no `syscall; ret` and rt_sigreturn sequence: it would be refused")
+    back = (f"rt_sigreturn at {found.sigreturn:#x}" if found and found.sigreturn is not None else
+            f"`pop %rax; ret` at {found.pop_rax:#x} into rt_sigreturn" if found else "")
+    how = (f"through `syscall; ret` at {found.syscall_ret:#x} and {back} in {found.where}" if found else
+           "but its code has no `syscall; ret` with a way to rt_sigreturn: it would be refused")
     click.echo(f"would stop thread {target.tid} of {target.comm} ({target.pid}) for a moment, call "
                f"prctl(PR_FUTEX_HASH, SET_SLOTS, {want}) for {acting_text.asked_words(want)} {how}, "
                "and resume it where it was; nothing done")

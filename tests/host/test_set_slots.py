@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -24,9 +25,12 @@ SLOTS_C = "#include <stdio.h>\n#include <sys/prctl.h>\nint main(){printf(\"slots
 def bins(tmp_path_factory):
     d = tmp_path_factory.mktemp("bins")
     (d / "t_slots.c").write_text(SLOTS_C)
-    out = {"dynamic": d / "t_dyn", "static": d / "t_static", "waiter": d / "waiter"}
+    out = {"dynamic": d / "t_dyn", "static": d / "t_static", "waiter": d / "waiter",
+           "musl-static": d / "t_musl"}
     subprocess.run(["gcc", "-O2", "-o", out["dynamic"], d / "t_slots.c"], check=True)
     subprocess.run(["gcc", "-O2", "-static", "-o", out["static"], d / "t_slots.c"], check=True)
+    if shutil.which("musl-gcc"):    # no rt_sigreturn sequence in it: the pop-%rax fallback
+        subprocess.run(["musl-gcc", "-O2", "-static", "-o", out["musl-static"], d / "t_slots.c"], check=True)
     subprocess.run(["gcc", "-O2", "-pthread", "-o", out["waiter"], REPO / "tests/data/waiter.c"], check=True)
     return out
 
@@ -36,9 +40,11 @@ def ft(*args, **kw):
     return subprocess.run(FT + list(args), capture_output=True, text=True, timeout=60, cwd=REPO, **kw)
 
 
-@pytest.mark.parametrize("kind", ["dynamic", "static"])
+@pytest.mark.parametrize("kind", ["dynamic", "static", "musl-static"])
 @pytest.mark.parametrize("size", ["2", "64", "4096", "global"])
 def test_run_sets_the_size_before_the_program_runs(bins, kind, size):
+    if not bins[kind].exists():
+        pytest.skip("needs musl-gcc (musl-tools, scripts/bootstrap.sh --vm)")
     flag = ["--global"] if size == "global" else ["--slots", size]
     r = ft("run", *flag, "--", str(bins[kind]))
     assert r.returncode == 7, r.stderr          # the program's own exit status
