@@ -4,9 +4,10 @@ The child is seized before it calls exec(); the kernel stops the new image at th
 exec event, before the dynamic loader (or a static binary's entry) has run, and the
 size is set there by the same call inject.py makes on a running process. Nothing is
 preloaded and the environment is untouched, so statically linked binaries are covered
-alike (tested with glibc's and musl's; a Go binary checked by hand). The size belongs to that one address space: fork() and exec()
-start each new one with the kernel's default (futex_mm_init), so a child the
-program starts keeps the automatic hash."""
+alike (tested with glibc's and musl's; a Go binary checked by hand). The size
+belongs to that one address space: fork() and exec() start each new one with the
+kernel's default (futex_mm_init), so a child the program starts keeps the automatic
+hash unless `run --children` follows it (follow.py)."""
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ import errno
 
 from futextrace.analysis import contention, whatif
 from futextrace.analysis.atomic import process_cost
+from futextrace.analysis.steps import PrctlReason, Step
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
 from futextrace.kernel.sizing import auto_buckets, next_automatic, threads_before_clone
 from futextrace.recording import Recording
@@ -93,7 +94,7 @@ def _threads_before(th: dict) -> int:
     return threads_before_clone(th["nr_threads"], th["clone_flags"])
 
 
-def _clone_resize(r: dict, th: dict | None, st: _State, k: dict) -> dict:
+def _clone_resize(r: dict, th: dict | None, st: _State, k: dict) -> Step:
     flags = r.get("clone_flags")
     if flags is None and th is not None:
         flags = th["clone_flags"]
@@ -111,7 +112,7 @@ def _clone_resize(r: dict, th: dict | None, st: _State, k: dict) -> dict:
                       "against_rule": triggers(k["rule"], flags) is False}}
 
 
-def _no_resize(th: dict, st: _State, k: dict) -> dict:
+def _no_resize(th: dict, st: _State, k: dict) -> Step:
     flags = th["clone_flags"]
     n = _threads_before(th)
     f = auto_buckets(n, k["online_cpus"], k["global_size"]) if k["online_cpus"] and k["global_size"] else None
@@ -133,10 +134,11 @@ def _no_resize(th: dict, st: _State, k: dict) -> dict:
             "pivot_t": None, "reason": reason, "threads": n}
 
 
-PRCTL_REASONS = {0: "custom_set", EINVAL: "einval", EBUSY: "ebusy", ENOMEM: "enomem", None: "unresolved"}
+PRCTL_REASONS: dict[int | None, PrctlReason] = {0: "custom_set", EINVAL: "einval", EBUSY: "ebusy",
+                                                ENOMEM: "enomem", None: "unresolved"}
 
 
-def _prctl(r: dict, st: _State) -> dict:
+def _prctl(r: dict, st: _State) -> Step:
     n, ret = r["requested"], r["result"]
     after = r["new_buckets"]
     reason = "global_set" if ret == 0 and n == 0 else PRCTL_REASONS.get(ret, "other")
@@ -191,7 +193,7 @@ def _items(pid: int, rec: Recording) -> list[tuple]:
     return sorted(items, key=lambda i: (i[0], i[1]))
 
 
-def _first_seen(r: dict, st: _State) -> dict:
+def _first_seen(r: dict, st: _State) -> Step:
     st.buckets, st.custom = r["buckets"], r["custom"]
     st.global_chosen = r["custom"] and r["buckets"] == 0
     return {"t": r["t"], "kind": "first_seen", "tid": None, "reason": "first_seen",
@@ -199,7 +201,7 @@ def _first_seen(r: dict, st: _State) -> dict:
             "facts": {"custom": r["custom"], "global_chosen": st.global_chosen}}
 
 
-def _pending_took_over(r: dict, st: _State) -> dict:
+def _pending_took_over(r: dict, st: _State) -> Step:
     """The replacement waiting at attach is seen in use."""
     step = {"t": r["t"], "kind": "pivot", "tid": None, "reason": "pending_took_over",
             "buckets_before": st.buckets, "buckets_after": r["buckets"], "formula": None, "facts": {}}
@@ -207,7 +209,7 @@ def _pending_took_over(r: dict, st: _State) -> dict:
     return step
 
 
-def _at_attach(state: dict, st: _State, k: dict) -> dict:
+def _at_attach(state: dict, st: _State, k: dict) -> Step:
     st.start_from(state)
     return {"t": 0.0, "kind": "at_attach", "tid": None, "reason": "at_attach", "buckets_before": None,
             "buckets_after": st.buckets, "pending_buckets": st.pending, "formula": None,

@@ -3,7 +3,8 @@ recommendation (its JSON "text", "why", "measured" and "effect"), and the text
 report. analysis/explain.py decides; this module only says it."""
 from __future__ import annotations
 
-from futextrace.analysis.explain import EBUSY, EINVAL, ENOMEM, clone_kind, explain
+from futextrace.analysis.explain import clone_kind, explain
+from futextrace.analysis.steps import Step
 from futextrace.output.atomic_text import atomic_text, installed_text
 from futextrace.output.explain_advice import try_commands, try_lines, worded_recommendation
 from futextrace.output.history_text import at_attach_text
@@ -90,41 +91,45 @@ def _resize_text(s: dict, facts: dict, k: dict) -> str:
     return f"{text}; {s['buckets_before']} → {facts['new_buckets']} buckets; " + "; ".join(notes)
 
 
-def no_resize_why(s: dict, k: dict) -> str:
-    f, reason, before = s["formula"], s["reason"], s["buckets_before"]
-    if reason == "flags_do_not_trigger":
-        return f"these clone flags do not allocate a hash on this kernel ({RULES[k['rule']]})"
-    if reason == "global_chosen":
-        return "the process chose the global hash (SET_SLOTS 0): an automatic request returns 0"
-    if reason == "custom":
-        return f"custom hash: no automatic resize (its {before} buckets were set with prctl)"
-    if reason == "big_enough":
-        return f"{formula_text(f)}, and the hash already has {before}: it only grows, never shrinks"
-    if reason == "unknown_size":
-        return f"{formula_text(f)}; the size before was not seen, so no resize may have been needed"
-    return ((formula_text(f) + " would grow it; ") if f else "") + \
-        "no new hash was seen (events lost, or the clone failed with -ENOMEM)"
+NO_RESIZE_WHY = {
+    "flags_do_not_trigger": lambda s, k: f"these clone flags do not allocate a hash on this kernel ({RULES[k['rule']]})",
+    "global_chosen": lambda s, k: "the process chose the global hash (SET_SLOTS 0): an automatic request returns 0",
+    "custom": lambda s, k: f"custom hash: no automatic resize (its {s['buckets_before']} buckets were set with prctl)",
+    "big_enough": lambda s, k: (f"{formula_text(s['formula'])}, and the hash already has {s['buckets_before']}: "
+                                "it only grows, never shrinks"),
+    "unknown_size": lambda s, k: (f"{formula_text(s['formula'])}; the size before was not seen, so no resize "
+                                  "may have been needed"),
+    "unexplained": lambda s, k: (((formula_text(s["formula"]) + " would grow it; ") if s["formula"] else "")
+                                 + "no new hash was seen (events lost, or the clone failed with -ENOMEM)"),
+}
 
 
-def _prctl_why(s: dict, facts: dict) -> str:
-    n, ret = s["requested"], s["result"]
-    if ret == 0 and n == 0:
-        return ("→ the global hash, for good: later SET_SLOTS requests get -EBUSY "
-                "and new threads no longer resize")
-    if ret == 0:
-        return f"→ {s['buckets_before']} → {s['buckets_after']} buckets, custom: automatic resizes stop; {pending_text(s)}"
-    if ret == EINVAL:
-        return ("→ -EINVAL: the size must be 0 or a power of two ≥ 2" if facts["bad_size"]
-                else "→ -EINVAL: arg4 was not 0 (or the kernel has no private hash)")
-    if ret == EBUSY:
-        return "→ -EBUSY: the process chose the global hash (SET_SLOTS 0) earlier; there is no way back"
-    if ret == ENOMEM:
-        return f"→ -ENOMEM: allocating {n} buckets failed" + (
-            " (inferred: the caller was seen again without the new hash)" if facts["result_inferred"] else "")
-    if ret is None:
-        return ("→ result not seen: the caller was not seen again before the "
-                "recording ended (--exact-prctl hooks prctl's exit)")
-    return f"→ {ret}"
+def no_resize_why(s: Step, k: dict) -> str:
+    return NO_RESIZE_WHY[s["reason"]](s, k)
+
+
+def _enomem(s: Step, facts: dict) -> str:
+    return f"→ -ENOMEM: allocating {s['requested']} buckets failed" + (
+        " (inferred: the caller was seen again without the new hash)" if facts["result_inferred"] else "")
+
+
+PRCTL_WHY = {
+    "global_set": lambda s, facts: ("→ the global hash, for good: later SET_SLOTS requests get -EBUSY "
+                                    "and new threads no longer resize"),
+    "custom_set": lambda s, facts: (f"→ {s['buckets_before']} → {s['buckets_after']} buckets, custom: "
+                                    f"automatic resizes stop; {pending_text(s)}"),
+    "einval": lambda s, facts: ("→ -EINVAL: the size must be 0 or a power of two ≥ 2" if facts["bad_size"]
+                                else "→ -EINVAL: arg4 was not 0 (or the kernel has no private hash)"),
+    "ebusy": lambda s, facts: "→ -EBUSY: the process chose the global hash (SET_SLOTS 0) earlier; there is no way back",
+    "enomem": _enomem,
+    "unresolved": lambda s, facts: ("→ result not seen: the caller was not seen again before the "
+                                    "recording ended (--exact-prctl hooks prctl's exit)"),
+    "other": lambda s, facts: f"→ {s['result']}",
+}
+
+
+def _prctl_why(s: Step, facts: dict) -> str:
+    return PRCTL_WHY[s["reason"]](s, facts)
 
 
 def _kernel(expl: dict) -> dict:
@@ -132,26 +137,32 @@ def _kernel(expl: dict) -> dict:
             "rule": expl["clone_rule"]}
 
 
-def _worded_step(s: dict, k: dict) -> dict:
+def _no_resize_text(s: Step, facts: dict, k: dict, out: dict) -> str:
+    out["why"] = no_resize_why(s, k)
+    return (f"{kind_text(s['clone_flags'])} created at +{s['t']:.3f} s with "
+            f"{count_noun(s['threads'], 'thread')} (clone flags {s['clone_flags']:#x}): no resize: {out['why']}")
+
+
+STEP_TEXT = {
+    "resize": lambda s, facts, k, out: _resize_text(s, facts, k),
+    "no_resize": _no_resize_text,
+    "prctl": lambda s, facts, k, out: (f"prctl(PR_FUTEX_HASH, SET_SLOTS, {s['requested']}) at +{s['t']:.3f} s "
+                                       f"{_prctl_why(s, facts)}"),
+    "first_seen": lambda s, facts, k, out: (
+        f"first seen at +{s['t']:.3f} s: {desc(s['buckets_after'], facts['custom'], facts['global_chosen'])}"
+        + (" (sized before tracing began: its inputs were not seen)" if s["buckets_after"] else "")),
+    "pivot": lambda s, facts, k, out: (f"the replacement waiting at attach took over by +{s['t']:.3f} s: "
+                                       f"{s['buckets_before']} → {s['buckets_after']} buckets (first seen in use then)"),
+    "at_attach": lambda s, facts, k, out: "at attach: " + at_attach_text(facts["state"], k),
+}
+
+
+def _worded_step(s: Step, k: dict) -> dict:
+    """The step with its sentence (`text`; `why` too for no_resize). A kind without a
+    sentence is a KeyError here, never a wrong line."""
     facts = s.get("facts") or {}
     out = {key: v for key, v in s.items() if key != "facts"}
-    kind, t = s["kind"], f"+{s['t']:.3f} s"
-    if kind == "resize":
-        out["text"] = _resize_text(s, facts, k)
-    elif kind == "no_resize":
-        out["why"] = no_resize_why(s, k)
-        out["text"] = (f"{kind_text(s['clone_flags'])} created at {t} with {count_noun(s['threads'], 'thread')} "
-                       f"(clone flags {s['clone_flags']:#x}): no resize: {out['why']}")
-    elif kind == "prctl":
-        out["text"] = f"prctl(PR_FUTEX_HASH, SET_SLOTS, {s['requested']}) at {t} {_prctl_why(s, facts)}"
-    elif kind == "first_seen":
-        out["text"] = (f"first seen at {t}: {desc(s['buckets_after'], facts['custom'], facts['global_chosen'])}"
-                       + (" (sized before tracing began: its inputs were not seen)" if s["buckets_after"] else ""))
-    elif kind == "pivot":
-        out["text"] = (f"the replacement waiting at attach took over by {t}: "
-                       f"{s['buckets_before']} → {s['buckets_after']} buckets (first seen in use then)")
-    else:
-        out["text"] = "at attach: " + at_attach_text(facts["state"], k)
+    out["text"] = STEP_TEXT[s["kind"]](s, facts, k, out)
     return out
 
 
