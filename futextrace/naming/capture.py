@@ -77,12 +77,15 @@ class NameCapture:
             self.build_ids[key] = read_build_id(f"/proc/{pid}/map_files/{m.range_name}")
 
     def tick(self, pids) -> None:
-        """Read the processes due: new ones first, then the oldest reads."""
+        """Read the processes due: new ones first, then the oldest reads.
+        `pids`: the processes to keep, or a function that lists them (called
+        only when a read may be due)."""
         now = self._clock()
         if now - self._last_tick < TICK_S:
             return
         self._last_tick = now
-        due = [p for p in pids if now - self._read_at.get(p, float("-inf")) >= REFRESH_S]
+        due = [p for p in (pids() if callable(pids) else pids)
+               if now - self._read_at.get(p, float("-inf")) >= REFRESH_S]
         due.sort(key=lambda p: self._read_at.get(p, float("-inf")))
         for pid in due[:READS_PER_TICK]:
             self.snap(pid)

@@ -22,6 +22,9 @@ NOT_MAPPED = ("no captured mapping holds it (mapped after the last read of the p
 HEAP = "heap memory (brk): allocated at run time, no symbol names it"
 STACK = "the main thread's stack: a local variable, no symbol names it"
 THREAD_STACK = "a thread's stack (or its TLS block): a local variable, no symbol names it"
+STACK_BY_LAYOUT = ("a thread's stack, by its layout (an rw- mapping just above a ---p guard page, as glibc "
+                   "places pthread stacks; no thread was in a system call with its stack pointer there when "
+                   "read): a local variable or TLS, no symbol names it")
 ANON = ("anonymous memory (mmap: a malloc arena, a thread stack not seen in a system call, TLS): "
         "no file, no symbol")
 ANON_EXEC = "anonymous executable memory (JIT code?): no file, no symbol"
@@ -72,6 +75,9 @@ class Namer:
                 named = self._in_file(addr, prev, snap, alive, tail=m)
                 if named is not None:
                     return named
+            if prev is not None and prev.end == m.start and prev.perms.startswith("---") and not prev.path \
+                    and m.perms.startswith("rw"):
+                return _entry(m, "thread_stack", tid=None, offset=off, why_unknown=STACK_BY_LAYOUT)
             return _entry(m, "anon", offset=off, why_unknown=ANON_EXEC if "x" in m.perms else ANON)
         if m.shared or not m.is_file:
             return _entry(m, "shared_file", offset=off + m.offset, why_unknown=SHARED)

@@ -80,6 +80,8 @@ def fake_maps(path: str, base: int = BASE, deleted: bool = False) -> str:
               "7f1000000000-7f1000800000 rw-p 00000000 00:00 0 ",
               "7f2000000000-7f2000010000 rwxp 00000000 00:00 0 ",
               "7f3000000000-7f3000001000 rw-s 00000000 00:1a 77 /dev/shm/ledger",
+              "7f4000000000-7f4000001000 ---p 00000000 00:00 0 ",
+              "7f4000001000-7f4000801000 rw-p 00000000 00:00 0 ",
               "7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]"]
     return "\n".join(lines) + "\n"
 
@@ -184,6 +186,9 @@ def test_memory_without_a_file(tmp_path):
     th = n.name(0x7f10007fff00, [snap], False)
     assert (th["kind"], th["tid"]) == ("thread_stack", 4243)
     assert n.name(0x7ffc00020000, [snap], False)["kind"] == "stack"
+    by_layout = n.name(0x7f4000800f00, [snap], False)      # above a guard page, no thread seen there
+    assert (by_layout["kind"], by_layout["tid"]) == ("thread_stack", None)
+    assert by_layout["why_unknown"] == resolve.STACK_BY_LAYOUT
     jit = n.name(0x7f2000000040, [snap], False)
     assert jit["kind"] == "anon" and jit["why_unknown"] == resolve.ANON_EXEC
     shm = n.name(0x7f3000000040, [snap], False)
