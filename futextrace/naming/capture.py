@@ -1,10 +1,12 @@
 """Memory maps captured while the processes live, so that a process that
 exits before the run ends (as `record -- CMD` always sees) keeps its names.
 
-The record loop calls `tick(pids)` on every turn of its poll (at most every
-TICK_S): a process seen for the first time is read at once, a known one
-again every REFRESH_S (dlopen, munmap, a growing heap, exec), at most
-READS_PER_TICK reads a turn. A read that finds no map (the process has exited;
+The record loop calls `tick(pids, changed)` on every turn of its poll: a
+process seen for the first time is read at once, one the session has a new
+event of (a thread born: a new stack; its hash first seen: futexes in use)
+again at once but at most every CHANGED_S, and every process again every
+REFRESH_S (dlopen, munmap, a growing heap, exec), that scan at most every
+TICK_S and READS_PER_TICK reads a turn. A read that finds no map (the process has exited;
 a zombie's map is empty) keeps the last one. Memory stays bounded: HISTORY
 distinct snapshots per process (an address unmapped later is still found in
 an older one), MAX_PIDS processes (the least recently read dropped), and
@@ -19,6 +21,7 @@ from futextrace.naming.elfsyms import read_build_id
 from futextrace.naming.maps import Snapshot, read_snapshot
 
 TICK_S = 0.05
+CHANGED_S = 0.01
 REFRESH_S = 0.5
 READS_PER_TICK = 16
 HISTORY = 4
@@ -76,11 +79,14 @@ class NameCapture:
                 continue
             self.build_ids[key] = read_build_id(f"/proc/{pid}/map_files/{m.range_name}")
 
-    def tick(self, pids) -> None:
-        """Read the processes due: new ones first, then the oldest reads.
-        `pids`: the processes to keep, or a function that lists them (called
-        only when a read may be due)."""
+    def tick(self, pids, changed=()) -> None:
+        """Read the processes due: `changed` ones (a new event) first, then new
+        ones, then the oldest reads. `pids`: the processes to keep, or a
+        function that lists them (called only when a scan is due)."""
         now = self._clock()
+        for pid in changed:
+            if now - self._read_at.get(pid, float("-inf")) >= CHANGED_S:
+                self.snap(pid)
         if now - self._last_tick < TICK_S:
             return
         self._last_tick = now

@@ -31,6 +31,7 @@ class Recorder:
         self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
         self.lock_deltas = WaitDeltas()     # bucket-lock waits per interval (record/livewaits.py)
         self.names = NameCapture()          # the processes' memory maps, read while they live
+        self._events_named = 0              # session.events already handed to names.tick
 
     def start(self):
         self.session.start()
@@ -39,9 +40,13 @@ class Recorder:
     def run(self, until=None) -> float:
         """The session's poll loop, a -i row at each tick (TraceSession.run);
         each turn of it reads the memory maps due (naming/capture.py): those of
-        the targets and of every process the session has seen an event of."""
+        the targets and of every process the session has seen an event of, at
+        once for a process with a new event (a thread born: a new stack)."""
         def turn() -> bool:
-            self.names.tick(lambda: [*self.opts.pids, *self.session.comms])
+            events = self.session.events
+            changed = {e["tgid"] for e in events[self._events_named:]}
+            self._events_named = len(events)
+            self.names.tick(lambda: [*self.opts.pids, *self.session.comms], changed)
             return bool(until and until())
         return self.session.run(until=turn, tick=self._interval_report)
 

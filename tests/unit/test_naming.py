@@ -240,3 +240,14 @@ def test_stack_pointer_of_a_thread_in_a_system_call():
     assert stack_pointer("202 0x7f0 0x80 0x0 0x0 0x7ff 0x0 0x7ff3eb3c4eb8 0x7ff3eb4ca829") == 0x7ff3eb3c4eb8
     assert stack_pointer("running") is None
     assert stack_pointer("-1 0x7ffd1000 0x401000") == 0x7ffd1000
+
+
+def test_a_process_with_a_new_event_is_read_again_at_once():
+    clock = [0.0]
+    cap = NameCapture(clock=lambda: clock[0], read=lambda pid: parse_maps(pid, "1000-2000 rw-p 0 00:00 0 [heap]\n"))
+    cap.tick([7])
+    clock[0] += 0.02                     # before REFRESH_S and TICK_S... but a thread was born
+    cap.tick([7], changed={7})
+    assert cap.reads == 2
+    cap.tick([7], changed={7})           # the same instant: not again
+    assert cap.reads == 2
