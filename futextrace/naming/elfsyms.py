@@ -1,11 +1,10 @@
 """An ELF file's data symbols, sections and loadable segments, parsed once.
 
 pyelftools reads the headers (segments, sections, notes); the symbol tables are
-read as raw arrays (numpy over the section's bytes: a million symbols in
-milliseconds, where pyelftools' per-symbol objects take seconds) and only the
-data symbols that can name an address are kept: STT_OBJECT (and
-STT_COMMON/STT_NOTYPE are not: a label has no size) with a size above 0 and a
-section, sorted by address for bisect. STT_TLS symbols are left out: their
+read as raw arrays (numpy over the section's bytes, where pyelftools' objects
+per symbol would take seconds for a large table) and only the data symbols
+that can name an address are kept: STT_OBJECT with a size above 0 and a
+section (STT_NOTYPE labels have no size), sorted by address for bisect. STT_TLS symbols are left out: their
 value is an offset in each thread's TLS block, not an address in the file's
 image, so a TLS futex is named as the thread's stack or memory it lives in.
 
@@ -78,7 +77,7 @@ class ElfInfo:
 
     def section_at(self, vaddr: int) -> tuple[str, int] | None:
         """(name, start) of the section holding vaddr, or None."""
-        i = bisect.bisect_right([s[0] for s in self.sections], vaddr) - 1
+        i = bisect.bisect_right(self.sections, (vaddr, float("inf"))) - 1
         if i >= 0 and vaddr < self.sections[i][1]:
             return self.sections[i][2], self.sections[i][0]
         return None

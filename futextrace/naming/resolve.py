@@ -43,9 +43,12 @@ class Namer:
     `build_ids`: (dev, inode, path) -> the build id read through
     /proc/PID/map_files/ while the process lived (naming/capture.py)."""
 
+    MEMO = 4096     # mappings whose file, parsed, and load bias a Namer keeps
+
     def __init__(self, cache: ElfCache | None = None, build_ids: dict | None = None):
         self.cache = cache or ElfCache()
         self.build_ids = build_ids if build_ids is not None else {}
+        self._memo: dict[tuple, tuple] = {}
 
     def name(self, addr: int, snaps: list[Snapshot], alive: bool) -> dict:
         """The name of `addr` in the newest snapshot that holds it."""
@@ -120,23 +123,38 @@ class Namer:
                         "its symbols would not be this process's")
         return None
 
+    def _file(self, m: Mapping, snap: Snapshot, alive: bool) -> tuple[ElfInfo | None, str | None, int]:
+        """(info, None, load bias) or (None, why not, 0) for the file of mapping
+        `m`, kept per mapping: naming many addresses opens and checks it once."""
+        key = (snap.pid, m, alive)
+        got = self._memo.get(key)
+        if got is None:
+            info, why = self._open(m, snap.pid, alive)
+            bias = 0
+            if info is not None:
+                # The load bias from the file's lowest mapping (offset 0: the first
+                # PT_LOAD), where page-rounded segments cannot be confused.
+                first = min(snap.file_mappings(m), key=lambda x: x.offset, default=m)
+                delta = info.vaddr_delta(first.offset)
+                if delta is None:
+                    info, why = None, "no loadable segment of the file maps this part"
+                else:
+                    bias = first.start - first.offset - delta
+            if len(self._memo) >= self.MEMO:
+                self._memo.clear()
+            got = self._memo[key] = (info, why, bias)
+        return got
+
     def _in_file(self, addr: int, m: Mapping, snap: Snapshot, alive: bool, tail: Mapping | None = None) -> dict | None:
         """A name in a private file mapping (`tail`: the anonymous mapping after
         the file's rw- segment, its .bss beyond the file's pages; None returned
         when the address is past the file's image there)."""
-        info, why = self._open(m, snap.pid, alive)
+        info, why, bias = self._file(m, snap, alive)
         if info is None:
             if tail is not None:
                 return None
             return _entry(m, "file", offset=addr - m.start + m.offset, why_unknown=why)
-        # The load bias from the file's lowest mapping (offset 0: the first PT_LOAD),
-        # where page-rounded segments cannot be confused.
-        first = min(snap.file_mappings(m), key=lambda x: x.offset, default=m)
-        delta = info.vaddr_delta(first.offset)
-        if delta is None:
-            return None if tail else _entry(m, "file", offset=addr - m.start + m.offset,
-                                            why_unknown="no loadable segment of the file maps this part")
-        vaddr = addr - (first.start - first.offset - delta)
+        vaddr = addr - bias
         if tail is not None and vaddr >= info.image_end():
             return None
         sec = info.section_at(vaddr)
