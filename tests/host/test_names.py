@@ -101,9 +101,13 @@ def test_the_colliding_globals_are_named_in_the_text(recorded):
     pairs = same_bucket_pairs(globals_)
     assert pairs                                   # five words in two buckets
     legend = text.split("the addresses above:")[1].split("\n\n")[0]
-    for names in pairs:
-        shown = [n for n in names if f"{globals_[n]}  {n} (named_futexes ." in legend]
-        assert len(shown) >= 2, (names, legend)
+    # The table shows a bucket's 4 busiest listed futexes (per-futex counts are lower
+    # bounds, so a heap word may outrank a global): one pair shown is what is asked.
+    shown = [[n for n in names if f"{globals_[n]}  {n} (named_futexes ." in legend] for names in pairs]
+    assert any(len(s) >= 2 for s in shown), (pairs, legend)
+    for n, a in globals_.items():        # every global the legend lists carries its own name
+        if a in legend:
+            assert f"{a}  {n} (named_futexes ." in legend, legend
 
 
 def test_explain_names_the_futexes_that_collide(exe, tmp_path):
