@@ -170,6 +170,17 @@ class ProcessFutexList(TypedDict):
     not_listed_lookups: int
 
 
+class FutexName(TypedDict, total=False):
+    """processes[].futex_names[hex address]: what the futex is (futextrace/naming/)."""
+    mapping: Optional[str]         # the file's path, "[heap]", "[stack]", "[anon]", "[anon:NAME]"; None: unmapped
+    kind: str                      # file, shared_file, heap, stack, thread_stack, anon, special, unmapped
+    section: Optional[str]         # ".data", ".bss", ... (file only)
+    symbol: Optional[str]          # the data symbol covering the address; None: see why_unknown
+    offset: Optional[int]          # from the symbol's start, else the section's, else the mapping's
+    tid: Optional[int]             # thread_stack: the thread whose stack it is (None: known by layout only)
+    why_unknown: Optional[str]     # why no symbol names it; None when one does
+
+
 class Process(TypedDict, total=False):
     pid: int
     comm: str
@@ -177,6 +188,7 @@ class Process(TypedDict, total=False):
     atomic_lookups: int
     hashes: list[HashSummary]
     futex_list: ProcessFutexList
+    futex_names: dict[str, FutexName]   # hex address -> its name (recordings from futextrace with naming/)
 
 
 # --- per CPU, per node, refcount ---------------------------------------------

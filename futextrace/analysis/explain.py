@@ -324,6 +324,28 @@ def _advice(pid: int, rec: Recording, st: _State, cur: int) -> dict:
     return contention.advice(pid, rec, cur or st.buckets or 0)   # lookups only on the global hash: the final hash
 
 
+COLLIDING_BUCKETS = 3   # buckets whose sharing futexes explain lists
+
+
+def colliding(pid: int, rec: Recording, adv: dict) -> list[dict]:
+    """The futexes that share a bucket, busiest first: those that waited in a
+    collision bucket's lock where the waits say so (`source` lock_waits), else
+    those of the hottest private-hash buckets with more than one futex
+    (`source` lookups). Each {bucket, buckets, futexes, addresses, source}."""
+    if adv.get("verdict") in ("collision", "no_separating_size"):
+        proc = next((p for p in (rec.get("contention") or {}).get("processes", []) if p["pid"] == pid), {})
+        hit = [b for b in proc.get("buckets", []) if b["cause"] == "collision"]
+        return [{"bucket": b["bucket"], "buckets": b["buckets"], "futexes": len(b["futexes"]),
+                 "addresses": [f["uaddr"] for f in b["futexes"] if f["uaddr"]], "source": "lock_waits"}
+                for b in hit[:COLLIDING_BUCKETS]]
+    h = _hash_stats(pid, rec) or {}
+    if h.get("kind") != "private":
+        return []
+    return [{"bucket": b["bucket"], "buckets": h["buckets"], "futexes": b["futexes"],
+             "addresses": list(b["addresses"]), "source": "lookups"}
+            for b in h.get("hottest", []) if b["futexes"] > 1][:COLLIDING_BUCKETS]
+
+
 def _shared_share(pid: int, rec: Recording) -> float:
     proc = next((p for p in rec.get("processes", []) if p["pid"] == pid), {})
     shared = sum(h["lookups"] for h in proc.get("hashes", []) if h["kind"] == "global_shared")
@@ -362,7 +384,7 @@ def recommend(pid: int, rec: Recording, st: _State) -> dict | None:
     return {"slots": adv["slots"], "distinct_futexes": d, "current_buckets": cur,
             "collisions": h.get("collisions"), "max_over_mean": imb, "atomic_share": atomic_share,
             "expected_collisions_now": expected_collisions(d, cur) if cur else None,
-            "whatif": table,
+            "whatif": table, "colliding": colliding(pid, rec, adv),
             "facts": {"collisions_known": "collisions" in h,
                       "atomic_inferred": str(rc.get("source", "")).startswith("inferred"),
                       "advice": adv, "no_table": no_table,

@@ -2,6 +2,7 @@
 buckets that waited most (analysis/contention.py builds the section)."""
 from __future__ import annotations
 
+from futextrace.output.names_text import with_name
 from futextrace.output.words import blind_spot_lines, count_noun
 from futextrace.recording import Contention
 
@@ -29,7 +30,8 @@ NOT_VISIBLE = ("  n/a: no private-hash lookup was traced, and only private-hash 
                "are not traced)")
 
 
-def contention_lines(c: Contention | None, top: int = 5) -> list[str]:
+def contention_lines(c: Contention | None, top: int = 5, names: dict[int, dict] | None = None) -> list[str]:
+    """`names`: pid -> its futex_names, shown beside each waiting futex's address."""
     if not c:
         return []
     head = ["", f"Bucket-lock waits: {c['status']}"]
@@ -52,7 +54,9 @@ def contention_lines(c: Contention | None, top: int = 5) -> list[str]:
                    f"same futex {_ms(pc['same_futex']['wait_ns'])}")
         out.append(f"    {'bucket':>10} {'waits':>9} {'total':>12} {'max':>10}  cause       futexes")
         for b in p["buckets"][:top]:
-            futexes = ", ".join(f"{f['uaddr'] or 'unknown'} ({f['waits']:,})" for f in b["futexes"][:4])
+            named = (names or {}).get(p["pid"])
+            futexes = ", ".join(f"{with_name(f['uaddr'], named) if f['uaddr'] else 'unknown'} ({f['waits']:,})"
+                                for f in b["futexes"][:4])
             out.append(f"    {b['bucket']:>5}/{b['buckets']:<4} {b['waits']:>9,} {_ms(b['wait_ns']):>12} "
                        f"{_us(b['max_ns']):>10}  {b['cause'].replace('_', ' '):<11} {futexes}")
         rest = p["buckets"][top:]

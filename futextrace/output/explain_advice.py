@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from futextrace.analysis.contention import MAX_SLOTS, MEASURABLE_MS_PER_S
+from futextrace.output.names_text import name_text
 from futextrace.output.whatif_text import worded_table
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 
@@ -90,8 +91,25 @@ def _effect(r: dict, facts: dict, cost: dict, final: dict) -> str:
     return effect
 
 
-def worded_recommendation(r: dict | None, cost: dict, final: dict) -> dict | None:
-    """The recommendation with its `measured` and `effect` sentences, keys in the schema's order."""
+COLLIDING_NAMES = 4   # futexes named per bucket in explain's colliding lines
+
+
+def colliding_lines(colliding: list[dict], names: dict) -> list[str]:
+    """One sentence per bucket whose futexes collide, each futex named:
+    "bucket 1 of 2 (lock waits): ledger_gate (app .bss), orders_mutex (app .data)"."""
+    out = []
+    for c in colliding:
+        named = [name_text(names[a]) if a in names else a for a in c["addresses"][:COLLIDING_NAMES]]
+        more = c["futexes"] - len(named)
+        how = "lock waits" if c["source"] == "lock_waits" else "lookups"
+        out.append(f"bucket {c['bucket']} of {c['buckets']} ({how}): " + ", ".join(named)
+                   + (f" and {more} more" if more > 0 else ""))
+    return out
+
+
+def worded_recommendation(r: dict | None, cost: dict, final: dict, names: dict | None = None) -> dict | None:
+    """The recommendation with its `measured` and `effect` sentences, keys in the schema's order;
+    with the process's futex_names, `colliding`: the futexes sharing a bucket, named."""
     if r is None:
         return None
     facts = r["facts"]
@@ -102,6 +120,8 @@ def worded_recommendation(r: dict | None, cost: dict, final: dict) -> dict | Non
     out["c_line"], out["whatif"] = advice_words(facts["advice"])["c_line"], worded_table(r["whatif"])
     if "avoided_atomic_s" in r:
         out["avoided_atomic_s"] = r["avoided_atomic_s"]
+    if names and r.get("colliding"):
+        out["colliding"] = colliding_lines(r["colliding"], names)
     return out
 
 

@@ -191,7 +191,8 @@ def _worded_process(p: dict, k: dict, rec: Recording | None, source: str | None)
     final["text"] = desc(f["buckets"], f["custom"], f["global_chosen"], f["pending_buckets"])
     if why := why_size(f["facts"]["size_limit"]):
         final["why_size"] = why
-    r = worded_recommendation(p["recommendation"], p["cost"], f)
+    names = next((q.get("futex_names") for q in (rec or {}).get("processes", []) if q["pid"] == p["pid"]), None)
+    r = worded_recommendation(p["recommendation"], p["cost"], f, names)
     if r is not None and r["slots"] is not None and rec is not None:
         r["try"] = try_commands(r["slots"], p["pid"], rec, source)
     return {"pid": p["pid"], "comm": p["comm"], "steps": steps, "lines": lines, "final": final,
@@ -215,6 +216,7 @@ def _recommendation_lines(r: dict) -> list[str]:
     if r.get("whatif"):
         out += ["  " + line for line in whatif_lines(r["whatif"])]
     out.append(f"  recommendation: {r['measured']}")
+    out += [f"    colliding in {line}" for line in r.get("colliding") or []]
     out.append(f"    SET_SLOTS {r['slots']}: {r['effect']}" if r["slots"] else f"    {r['effect']}")
     if r["c_line"]:
         out.append(f"    {r['c_line']}")

@@ -11,6 +11,7 @@ from futextrace.output.estimates import approx
 from futextrace.output.words import blind_spot_lines, count_noun
 from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
 from futextrace.output.contention import contention_lines
+from futextrace.output.names_text import legend
 from futextrace.recording import (FutexDetail, FutexList, HashAtAttach, HashSummary, HistSlot, Method, Process,
                                   Recording, Resize)
 
@@ -65,9 +66,10 @@ def _collisions(h: HashSummary) -> str:
     return f"{h['collisions']:,}" if not est else approx(est)
 
 
-def _hash_section(h: HashSummary, shared_said: bool = False) -> list[str]:
+def _hash_section(h: HashSummary, shared_said: bool = False, names: dict | None = None) -> list[str]:
     """`shared_said`: an earlier process's block already said why a shared
-    futex's bucket figures are n/a (stress-ng's four processes repeated it)."""
+    futex's bucket figures are n/a (stress-ng's four processes repeated it);
+    `names`: the process's futex_names, listed under the hottest buckets."""
     lines = [f"  {_buckets_desc(h)}: {h['lookups']:,} lookups, {_futex_bounds(h)}"]
     if "imbalance" not in h:
         why = BUCKET_NOT_VISIBLE if h["kind"] == "global_shared" else h.get("note", "")   # older notes too
@@ -92,7 +94,8 @@ def _hash_section(h: HashSummary, shared_said: bool = False) -> list[str]:
         node = (" " + ("-" if b["node"] is None else str(b["node"])).rjust(4)) if nodes else ""
         lines.append(f"    {b['bucket']:>8}{node} {b['lookups']:>12,} {b['futexes']:>7,}  "
                      + " ".join(b["addresses"][:4]) + (" ..." if b["futexes"] > 4 else ""))
-    return lines
+    named = legend([a for b in h["hottest"] for a in b["addresses"][:4]], names, "      ")
+    return lines + (["    the addresses above:", *named] if named else [])
 
 
 def _futex_list_lines(fl: FutexList | None) -> list[str]:
@@ -256,7 +259,7 @@ def _process_blocks(rec: Recording, shown: list[Process]) -> list[str]:
                     *(f"  {line}" for line in [atomic_text(costs[p["pid"]])] if line)]
         out += _thread_lines(rec, p["pid"])
         for h in p["hashes"]:
-            out += _hash_section(h, shared_said)
+            out += _hash_section(h, shared_said, p.get("futex_names"))
             shared_said = shared_said or h["kind"] == "global_shared"
     return out
 
@@ -318,7 +321,8 @@ def render_text(rec: Recording, verbose: bool = False) -> str:
         out.append(f"  get: {rc['get_percpu']:,} per-CPU, {rc['get_atomic']:,} shared atomic; "
                    f"put: {rc['put_percpu']:,} per-CPU, {rc['put_atomic']:,} shared atomic")
     shown_pids, folded_pids = {p["pid"] for p in shown}, {p["pid"] for p in folded}
-    out += contention_lines(rec.get("contention"))
+    out += contention_lines(rec.get("contention"),
+                            names={p["pid"]: p["futex_names"] for p in rec["processes"] if p.get("futex_names")})
     out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose,
                            {p["pid"]: p["comm"] for p in rec["processes"]})
     out += _resize_section(rec["resizes"], folded_pids, verbose)

@@ -12,6 +12,8 @@ import time
 from futextrace.acting import inject, launch
 from futextrace.errors import TargetError
 from futextrace.loading.maps import MapReader
+from futextrace.naming.capture import NameCapture
+from futextrace.naming.recorded import name_processes
 from futextrace.record import assemble, attachstate, filternotes, procevents, startup, targets
 from futextrace.record.live import IntervalReporter
 from futextrace.record.livewaits import IntervalWaits
@@ -27,15 +29,26 @@ class Recorder:
         self.session = TraceSession(opts, model)
         self.reader: MapReader | None = None
         self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
-        self.lock_deltas = IntervalWaits()     # bucket-lock waits per interval (record/livewaits.py)
+        self.lock_deltas = IntervalWaits()  # bucket-lock waits per interval (record/livewaits.py)
+        self.names = NameCapture()          # the processes' memory maps, read while they live
+        self._events_named = 0              # session.events already handed to names.tick
 
     def start(self):
         self.session.start()
         self.reader = MapReader(self.session.program)
 
     def run(self, until=None) -> float:
-        """The session's poll loop, a -i row at each tick (TraceSession.run)."""
-        return self.session.run(until=until, tick=self._interval_report)
+        """The session's poll loop, a -i row at each tick (TraceSession.run);
+        each turn of it reads the memory maps due (naming/capture.py): those of
+        the targets and of every process the session has seen an event of, at
+        once for a process with a new event (a thread born: a new stack)."""
+        def turn() -> bool:
+            events = self.session.events
+            changed = {e["tgid"] for e in events[self._events_named:]}
+            self._events_named = len(events)
+            self.names.tick(lambda: [*self.opts.pids, *self.session.comms], changed)
+            return bool(until and until())
+        return self.session.run(until=turn, tick=self._interval_report)
 
     def close(self):
         if self.reader is not None:
@@ -63,7 +76,10 @@ class Recorder:
         self.live.show(row)
 
     def recording(self, duration: float) -> dict:
-        return assemble.recording(self.session, self.reader, duration, self.live.rows)
+        """The recording, each listed futex address named (processes[].futex_names)."""
+        rec = assemble.recording(self.session, self.reader, duration, self.live.rows)
+        name_processes(rec, self.names)
+        return rec
 
 
 def _keep_output_error(rec: Recorder, result: dict) -> None:
@@ -141,6 +157,7 @@ def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
         raise
     try:
         hash_set = _go(child, opts.command_slots, os.path.basename(argv[0]))
+        rec.names.snap(child.pid)     # its new image, mapped: a command may exit before the next turn
         duration = rec.run(until=child.exited)
         stopped = not child.exited()     # the run ended first (duration, signal, write error)
         if stopped:

@@ -1,0 +1,84 @@
+"""Futex names in the text outputs, on a recorded fixture given names by hand:
+the hottest-buckets legend, the bucket-lock wait table, explain's colliding
+lines; without names, nothing changes."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from futextrace.output import explain_text as T
+from futextrace.output.contention import contention_lines
+from futextrace.output.names_text import LEGEND_MAX, name_text, short_name
+from futextrace.output.render import render_text
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def named(rec: dict) -> dict:
+    """The fixture with every hottest address of its first process named, in turn
+    a symbol, a stripped file's .bss offset and heap memory."""
+    rec = copy.deepcopy(rec)
+    p = rec["processes"][0]
+    addrs = [a for h in p["hashes"] for b in h.get("hottest", []) for a in b["addresses"]]
+    kinds = [
+        {"mapping": "/opt/app/myapp", "kind": "file", "section": ".bss", "symbol": "ledger_gate", "offset": 0,
+         "why_unknown": None},
+        {"mapping": "/opt/app/myapp", "kind": "file", "section": ".bss", "symbol": None, "offset": 0x4480,
+         "why_unknown": "stripped: no .symtab and no separate debug file found"},
+        {"mapping": "[heap]", "kind": "heap", "section": None, "symbol": None, "offset": 0x2a0,
+         "why_unknown": "heap memory (brk): allocated at run time, no symbol names it"},
+    ]
+    p["futex_names"] = {a: kinds[i % 3] for i, a in enumerate(addrs)}
+    return rec
+
+
+def test_words_of_a_name():
+    names = named(json.loads((DATA / "recording-tp-auto.json").read_text()))["processes"][0]["futex_names"]
+    sym, stripped, heap = list(names.values())[:3]
+    assert name_text(sym) == "ledger_gate (myapp .bss)"
+    assert name_text(stripped) == "myapp .bss+0x4480 (no symbol: stripped)"
+    assert short_name(heap) == "[heap]+0x2a0"
+    assert short_name({"kind": "thread_stack", "tid": 12, "mapping": "[anon]"}) == "stack of thread 12"
+
+
+def test_the_hottest_table_gets_a_legend_of_the_addresses_it_shows():
+    rec = json.loads((DATA / "recording-tp-auto.json").read_text())
+    plain, text = render_text(rec), render_text(named(rec))
+    assert "the addresses above:" not in plain
+    legend = text.split("the addresses above:\n")[1].split("\n  global hash")[0].splitlines()
+    shown = [a for b in rec["processes"][0]["hashes"][0]["hottest"] for a in b["addresses"][:4]]
+    names = named(rec)["processes"][0]["futex_names"]
+    assert legend[0].split()[0] == shown[0] and legend[0].endswith(name_text(names[shown[0]]))
+    assert len(legend) == LEGEND_MAX + 1 and legend[-1].endswith("more named in the JSON (futex_names)")
+    # everything else is as before
+    assert text.replace("    the addresses above:\n" + "\n".join(legend) + "\n", "") == plain
+
+
+def test_the_lock_wait_table_names_the_waiting_futexes():
+    c = {"status": "attached (tp_btf)", "waits": 3, "wait_ns": 3000, "wait_ms_per_s": 0.003, "window_s": 1.0,
+         "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
+         "processes": [{"pid": 7, "comm": "myapp", "waits": 3, "wait_ns": 3000, "wait_ms_per_s": 0.003,
+                        "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
+                        "buckets_waited": 1,
+                        "buckets": [{"bucket": 1, "buckets": 2, "waits": 3, "wait_ns": 3000, "max_ns": 1000,
+                                     "cause": "collision",
+                                     "futexes": [{"uaddr": "0x10", "waits": 2, "wait_ns": 2000},
+                                                 {"uaddr": "0x20", "waits": 1, "wait_ns": 1000}]}]}]}
+    names = {7: {"0x10": {"mapping": "/opt/myapp", "kind": "file", "section": ".data", "symbol": "orders_mutex",
+                          "offset": 0, "why_unknown": None}}}
+    plain = "\n".join(contention_lines(c))
+    text = "\n".join(contention_lines(c, names=names))
+    assert "0x10 (2), 0x20 (1)" in plain
+    assert "0x10 orders_mutex (2), 0x20 (1)" in text
+
+
+def test_explain_names_the_futexes_sharing_a_bucket_only_with_names():
+    rec = json.loads((DATA / "recording-tp-auto.json").read_text())
+    plain = T.explained(rec)["processes"][0]["recommendation"]
+    assert "colliding" not in plain
+    rcm = T.explained(named(rec))["processes"][0]["recommendation"]
+    hottest = rec["processes"][0]["hashes"][0]["hottest"][0]
+    assert rcm["colliding"][0].startswith(f"bucket {hottest['bucket']} of 16 (lookups): ledger_gate (myapp .bss)")
+    assert rcm["colliding"][0].endswith(f"and {hottest['futexes'] - 4} more")
+    assert "    colliding in bucket" in T.render(T.explained(named(rec)))
