@@ -23,7 +23,7 @@ from futextrace.naming.maps import Snapshot, read_snapshot
 TICK_S = 0.05
 CHANGED_S = 0.01
 REFRESH_S = 0.5
-READS_PER_TICK = 16
+READS_PER_TICK = 4       # at most 80 maps reads a second (~0.65 ms each): bounded tracer CPU system-wide
 HISTORY = 4
 MAX_PIDS = 2048
 BUILD_IDS = 8192
