@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from futextrace.acting import inject, launch
 from futextrace.errors import TargetError
 from futextrace.loading.maps import MapReader
-from futextrace.record import assemble, attachstate, filternotes, procevents, startup, targets
+from futextrace.procs import procevents, targets
+from futextrace.record import assemble, attachstate, filternotes, startup
 from futextrace.record.live import IntervalReporter
 from futextrace.record.livewaits import IntervalWaits
 from futextrace.record.session import RecordOptions, TraceSession

@@ -24,7 +24,8 @@ from futextrace.kernel.layout import EVENT
 from futextrace.loading import preconditions
 from futextrace.loading.loader import Filters, Program
 from futextrace.loading.methods import candidates
-from futextrace.record import attachstate, commwatch, filternotes, startup, stopsignals, targets
+from futextrace.procs import stopsignals, targets
+from futextrace.record import attachstate, commwatch, filternotes, startup
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
