@@ -51,7 +51,7 @@ def _record(argv, contention: bool, model, env=None):
     os.environ.pop("FUTEXTRACE_NO_CONTENTION", None)
     if not contention:
         os.environ["FUTEXTRACE_NO_CONTENTION"] = "1"
-    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False), model)
+    rec = Recorder(RecordOptions(method="tracepoint", announce=False), model)
     rec.start()
     os.environ.pop("FUTEXTRACE_NO_CONTENTION", None)
     try:

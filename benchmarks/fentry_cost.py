@@ -80,7 +80,7 @@ def hot_stats(program, method: str) -> tuple[int, int]:
 
 def run_futextrace(method: str, argv: list[str], model, stats: dict, ppid: tuple | None) -> float:
     from futextrace.record.recorder import Recorder, RecordOptions
-    rec = Recorder(RecordOptions(method=method, live_out=open(os.devnull, "w"), announce=False), model)
+    rec = Recorder(RecordOptions(method=method, announce=False), model)
     rec.start()
     try:
         if rec.session.method != method:

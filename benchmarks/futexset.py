@@ -190,7 +190,7 @@ def measure_throughput(sizes: list[int], rounds: int, cycles: int, slot: float, 
     if btf_id is None:
         sys.exit("futexset.py: needs the tp_btf sys_enter hook (this kernel or FUTEXTRACE_NO_TP_BTF refuses it)")
     bare = BareHook(btf_id)
-    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False), model)
+    rec = Recorder(RecordOptions(method="tracepoint", announce=False), model)
     rec.start()
     results = {n: [] for n in sizes}
     failure = []
@@ -220,7 +220,7 @@ def measure_detail(n: int, runtime: str, model) -> dict:
     """One traced run with a fresh recorder and BPF statistics on."""
     from futextrace.loading.bpfsys import prog_stats
     from futextrace.record.recorder import Recorder, RecordOptions
-    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False), model)
+    rec = Recorder(RecordOptions(method="tracepoint", announce=False), model)
     rec.start()
     try:
         out = {}

@@ -58,7 +58,7 @@ def run_empty(bpf, cond: str, argv: list[str]) -> float:
 
 def run_futextrace(method: str, argv: list[str], model) -> float:
     from futextrace.record.recorder import Recorder, RecordOptions
-    rec = Recorder(RecordOptions(method=method, live_out=open(os.devnull, "w"), announce=False), model)
+    rec = Recorder(RecordOptions(method=method, announce=False), model)
     rec.start()
     try:
         result = {}

@@ -118,7 +118,7 @@ def run_traced(cond: str, argv, parse, model) -> float:
     os.environ.pop("FUTEXTRACE_NO_CONTENTION", None)
     if cond == "futextrace-no-lock":
         os.environ["FUTEXTRACE_NO_CONTENTION"] = "1"
-    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False,
+    rec = Recorder(RecordOptions(method="tracepoint", announce=False,
                                  comms=comms, comm_in_bpf=cond == "futextrace-comm-bpf"), model)
     rec.start()
     os.environ.pop("FUTEXTRACE_NO_CONTENTION", None)

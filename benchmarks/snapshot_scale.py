@@ -73,7 +73,7 @@ def command_time(out: Path) -> tuple[float, int]:
 def parts() -> dict[str, float]:
     from futextrace.kernel import model as kmodel
     from futextrace.loading.iterator import TaskIterator
-    from futextrace.record.hashrows import iterator_rows
+    from futextrace.procs.hashrows import iterator_rows
     t0 = time.perf_counter()
     model = kmodel.load()
     t1 = time.perf_counter()

@@ -131,7 +131,7 @@ RAW_TRACEPOINT_PROBE(task_newtask)
  * comes later: the test_serve_bounded churn lost ~4% of lookups without this).
  * User space removes processes at exit and at an exec under another name.
  * The name is already the new one here (begin_new_exec set it). */
-#if defined(COMM_AT_EXEC) || defined(TASK_MEMO)   /* the loader attaches it in the same cases */
+#if defined(COMM_AT_EXEC) || defined(TASK_MEMO)   /* the loader lists it by the same flags (task_event_probes) */
 RAW_TRACEPOINT_PROBE(sched_process_exec)
 {
 	task_epoch_moves();

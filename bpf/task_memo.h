@@ -6,12 +6,10 @@
  * method's sys_enter hook asks memo_lookup() and fills the memo on its full
  * path (trace_tp.bpf.c on_sys_enter).
  */
-/* A method that can keep the memo defines TASK_MEMO_METHOD; not with filters
- * whose answer may change without a task event (the name, the cgroup, a tgid
- * set that user space keeps as processes come and go: --comm). */
-#if defined(TASK_MEMO_METHOD) && !defined(FILTER_COMM) && !defined(FILTER_CGROUP) && !defined(FILTER_TGID_LIVE)
-#define TASK_MEMO
-#endif
+/* -DTASK_MEMO comes from the loader, where its rule is stated once
+ * (futextrace/loading/loader.py task_memo(): the tracepoint method, not with
+ * filters whose answer may change without a task event); the loader reads the
+ * same flag for the probes it lists (task_event_probes). */
 
 /* The memo (below) holds while `gen` stays. It moves at every task creation (a new
  * task may get a freed task's kernel stack, whose pt_regs address names a

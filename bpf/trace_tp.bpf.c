@@ -9,8 +9,8 @@
  * (io_uring futex ops, robust-list/exit wakes, PI handoffs), retries inside one
  * syscall, and the bucket of shared (non-private) futexes.
  */
-/* This method keeps a memo of the current task (task_memo.h). */
-#define TASK_MEMO_METHOD
+/* This method keeps a memo of the current task (task_memo.h), where the
+ * loader compiles it in (-DTASK_MEMO). */
 
 #define NR_futex 202
 #define NR_prctl 157

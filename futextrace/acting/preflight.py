@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from futextrace.errors import EnvironmentProblem, TargetError
 from futextrace.kernel.constants import PR_FUTEX_HASH, PR_FUTEX_HASH_GET_SLOTS
-from futextrace.record.targets import check_pid, comm_label
+from futextrace.procs.targets import check_pid, comm_label
 
 CAP_SYS_PTRACE = 19
 SECCOMP_MODES = {"1": "strict", "2": "filter"}

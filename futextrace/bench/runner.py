@@ -182,7 +182,7 @@ def trace_command(argv: list[str], options) -> tuple[int, str, str, dict]:
     `sh -c 'exec ... >out 2>err'` so its own output reaches us whatever the
     recorder does with stdio; `exec` keeps the traced PID.
     Returns (returncode, stdout, stderr, recording)."""
-    # A fresh RecordOptions per run: record_command adds the child's PID to it.
+    # record_command traces a copy with the child's PID added: options are only read.
     opts = RecordOptions(**options) if isinstance(options, dict) else options
     with tempfile.TemporaryDirectory(prefix="futextrace-bench-") as tmp:
         out_f, err_f = os.path.join(tmp, "out"), os.path.join(tmp, "err")

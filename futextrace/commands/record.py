@@ -8,7 +8,7 @@ from futextrace.commands.options import SECONDS, json_option, refuse_quiet_witho
 from futextrace.output import acting_text, jsonio
 from futextrace.output.live_text import LiveView
 from futextrace.output.render import render_text
-from futextrace.record.recorder import RecordOptions, record_command, record_pids
+from futextrace.record.recorder import RecordOptions, RecordOutputs, record_command, record_pids
 from futextrace.record.startup import set_rt_priority
 from futextrace.recording import Recording
 
@@ -82,13 +82,14 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     jsonl = jsonio.open_output(jsonl_path) if jsonl_path else None
     if rt_priority is not None:
         set_rt_priority(rt_priority)
-    opts = RecordOptions(pids=list(pids), tids=list(tids), comms=list(comms), cgroups=list(cgroups),
+    opts = RecordOptions(pids=pids, tids=tids, comms=comms, cgroups=cgroups,
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
-                         max_futexes=max_futexes, timestamps=timestamps, jsonl=jsonl,
-                         live_out=LiveView(jsonio.stdout_output()),
+                         max_futexes=max_futexes, timestamps=timestamps,
                          exact_prctl=exact_prctl, command_slots=command_slots,
                          command_stdout_to_stderr="-" in (json_path, jsonl_path))
-    rec = record_command(list(command), opts) if command else record_pids(opts)
+    outputs = RecordOutputs(live_out=LiveView(jsonio.stdout_output()), jsonl=jsonl)
+    rec = (record_command(list(command), opts, outputs=outputs) if command
+           else record_pids(opts, outputs=outputs))
     # A write error during the run ended it early: keep what was recorded
     # (the JSON first, then the summary), then report the error.
     output_error = rec.pop("output_error", None)

@@ -13,7 +13,7 @@ from futextrace.commands.set import slots_choice
 from futextrace.errors import EXIT_CODES_HELP, KernelRefused, TargetError
 from futextrace.output import acting_text
 from futextrace.output.jsonio import open_output, write_json
-from futextrace.record.targets import StoppedChild
+from futextrace.procs.targets import StoppedChild
 
 EXAMPLES = """\b
 Examples:

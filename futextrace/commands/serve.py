@@ -8,7 +8,7 @@ from futextrace.export import server as http
 from futextrace.export.collector import FutexCollector
 from futextrace.export.serve_recorder import ServeRecorder
 from futextrace.export.server import DEFAULT_LISTEN
-from futextrace.record import targets
+from futextrace.procs import targets
 from futextrace.record.session import RecordOptions
 
 EXAMPLES = f"""\b

@@ -10,12 +10,12 @@ from futextrace.commands.options import SECONDS, json_option, text_wanted
 from futextrace.kernel import modelcache
 from futextrace.output.jsonio import open_output, write_json
 from futextrace.output.hashes_text import format_row, render
-from futextrace.record.hashes import read_hashes
-from futextrace.record.hashread import ITERATOR, header
-from futextrace.record.hashrows import sort_rows
-from futextrace.record import stopsignals
-from futextrace.record.procevents import exit_text
-from futextrace.record.watcher import Watcher
+from futextrace.procs import stopsignals
+from futextrace.procs.hashread import ITERATOR, header
+from futextrace.procs.hashrows import sort_rows
+from futextrace.procs.procevents import exit_text
+from futextrace.snapshot.hashes import read_hashes
+from futextrace.snapshot.watcher import Watcher
 
 EXAMPLES = """\b
 Examples:

@@ -36,7 +36,7 @@ from futextrace.export import lockwaits
 from futextrace.export.families import exporter_families, families
 from futextrace.export.reading import from_recording, result_name
 from futextrace.export.series import HighWater, SeriesBook
-from futextrace.record import targets
+from futextrace.procs import targets
 from futextrace.recording import Recording
 
 COST_FACTOR = 5

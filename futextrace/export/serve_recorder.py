@@ -15,7 +15,7 @@ from futextrace import __version__
 from futextrace.analysis.timeline import build_timeline
 from futextrace.export import summary
 from futextrace.loading.maparrays import ArrayReader
-from futextrace.record import targets
+from futextrace.procs import targets
 from futextrace.record.aggregate import refcount_of, totals_of
 from futextrace.record.assemble import kernel_facts, method_facts
 from futextrace.record.session import TraceSession

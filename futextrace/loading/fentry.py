@@ -151,11 +151,12 @@ def cflags(model) -> list[str]:
     return ["-DFENTRY_HASH_PUT"] if put_plan(model) == "marked" else []
 
 
-def attach(bcc, model) -> tuple[list[tuple[int, int]], list[str]]:
+def attach(bcc, model, task_probes: list[str]) -> tuple[list[tuple[int, int]], list[str]]:
     """Load and attach every program whose function is attachable. Returns
-    ([(attachment fd, program fd)], probe names). On a refusal of the required
-    fexit on futex_hash, everything attached so far is closed and KernelRefused
-    raised; an optional one refused is listed as not probed."""
+    ([(attachment fd, program fd)], probe names, `task_probes` among them: the
+    task-event hooks BCC attached at load, loader.task_event_probes). On a
+    refusal of the required fexit on futex_hash, everything attached so far is
+    closed and KernelRefused raised; an optional one refused is listed as not probed."""
     links: list[tuple[int, int]] = []
     probes, missing = [], []
     plan = put_plan(model)
@@ -182,7 +183,7 @@ def attach(bcc, model) -> tuple[list[tuple[int, int]], list[str]]:
     except BaseException:
         close(links)
         raise
-    probes += ["raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
+    probes += task_probes
     probes += [f"(not probed, inlined: {m})" for m in missing]
     split = [f for f in model.functions.get("futex_private_hash_put").fragments if ".part." in f] \
         if model.functions.get("futex_private_hash_put") else []

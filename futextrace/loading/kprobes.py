@@ -78,10 +78,13 @@ def _symbol(model, ks: Kallsyms | None, func: str) -> str | None:
     return info.symbol if info and info.has_symbol and info.symbol else None
 
 
-def attach_kprobes(bpf, model, method: str, stamps: dict | None = None) -> list[str]:
+def attach_kprobes(bpf, model, method: str, stamps: dict | None = None,
+                   task_probes: list[str] | tuple = ()) -> list[str]:
     """Attach PROBES; `stamps` gets "counting": CLOCK_MONOTONIC ns around the
     attach of the probe that counts lookups (futex_hash's return), and
-    "event": its BCC event name, for Program.stop_counting."""
+    "event": its BCC event name, for Program.stop_counting. `task_probes`:
+    the task-event hooks BCC attached at load (loader.task_event_probes), listed
+    after the probes."""
     import time
     stamps = {} if stamps is None else stamps
     attached, missing = [], []
@@ -114,7 +117,7 @@ def attach_kprobes(bpf, model, method: str, stamps: dict | None = None) -> list[
             missing.append(func)
             continue
         attached.append(f"{'kretprobe' if kind == 'return' else 'kprobe'}:{sym}")
-    attached += ["raw_tracepoint:task_newtask", "raw_tracepoint:sched_process_exit"]
+    attached += task_probes
     attached += [f"(not probed, inlined: {m})" for m in missing]
     if not global_table_flags(ks):
         attached.append("(global buckets unchecked: neither __futex_data (6.17-7.2) nor __futex_queues "

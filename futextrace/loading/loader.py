@@ -10,7 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
@@ -117,15 +117,39 @@ PRCTL_INFERRED = ("PR_FUTEX_HASH results are inferred from the arguments and the
                   "prctl's exit instead, at a cost on every syscall")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Filters:
-    pids: list[int] = field(default_factory=list)
-    tids: list[int] = field(default_factory=list)
-    comms: list[str] = field(default_factory=list)
-    cgroup_ids: list[int] = field(default_factory=list)
+    """What the programs filter on, compiled in (cflags_for) and filled into
+    their maps: built once (record/session.py filters_for), then only read."""
+    pids: tuple[int, ...] = ()
+    tids: tuple[int, ...] = ()
+    comms: tuple[str, ...] = ()
+    cgroup_ids: tuple[int, ...] = ()
     follow_forks: bool = True
     tgid_map: bool = False      # a tgid filter filled by user space (record/commwatch.py), even if empty
-    exec_comms: list[str] = field(default_factory=list)  # with tgid_map: names the kernel adds at exec/fork
+    exec_comms: tuple[str, ...] = ()  # with tgid_map: names the kernel adds at exec/fork
+
+    def __post_init__(self):
+        for name in ("pids", "tids", "comms", "cgroup_ids", "exec_comms"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+def task_memo(method: str, filters: Filters) -> bool:
+    """Whether the programs keep the task memo (bpf/task_memo.h, compiled with
+    -DTASK_MEMO): the tracepoint method's, unless a filter's answer may change
+    without a task event (a name, a cgroup, a tgid set that user space keeps
+    as processes come and go: --comm). The one statement of that rule."""
+    return method == "tracepoint" and not (filters.comms or filters.cgroup_ids or filters.tgid_map)
+
+
+def task_event_probes(cflags: list[str]) -> list[str]:
+    """The task-event raw tracepoints of a program compiled with `cflags`
+    (bpf/task_events.h; BCC attaches them at load), as listed in the recording:
+    sched_process_exec only where --comm's exec rule or the task memo's epoch
+    needs it."""
+    execs = ["raw_tracepoint:sched_process_exec"] if (
+        "-DCOMM_AT_EXEC" in cflags or "-DTASK_MEMO" in cflags) else []
+    return ["raw_tracepoint:task_newtask", *execs, "raw_tracepoint:sched_process_exit"]
 
 
 def _need(model, key: str) -> int:
@@ -183,11 +207,21 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
     off.update(_size_macros(max_futexes, ncpu_ids or nr_cpu_ids()))
     flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
+    flags += filter_cflags(method, filters)
+    flags += _method_cflags(model, method)
+    flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
+    return flags
+
+
+def filter_cflags(method: str, filters: Filters) -> list[str]:
+    """The filters compiled in (the others compiled out) and the task memo
+    where task_memo() keeps it."""
+    flags = []
     if filters.pids or filters.tgid_map:
         flags.append("-DFILTER_TGID")
         if filters.follow_forks:
             flags.append("-DFOLLOW_FORKS")
-    if filters.tgid_map:    # user space changes the filter as it runs: no task memo (trace_tp.bpf.c)
+    if filters.tgid_map:    # user space changes the filter as it runs: no task memo (task_memo())
         flags.append("-DFILTER_TGID_LIVE")
     if filters.tids:
         flags.append("-DFILTER_TID")
@@ -197,8 +231,8 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
         flags.append("-DFILTER_COMM")
     if filters.tgid_map and filters.exec_comms:
         flags.append("-DCOMM_AT_EXEC")
-    flags += _method_cflags(model, method)
-    flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
+    if task_memo(method, filters):
+        flags.append("-DTASK_MEMO")
     return flags
 
 
@@ -306,32 +340,27 @@ class Program:
 
     def _attach_method(self, BPF, model) -> list[str]:
         """The method's hooks; the probes attached, as listed in the recording."""
+        task_probes = task_event_probes(self._cflags)
         if self.method == "tracepoint":
-            # sched_process_exec: --comm's exec rule, or the task memo's epoch (bpf/task_memo.h
-            # TASK_MEMO: compiled unless a name or cgroup filter is)
-            f = self.filters
-            execs = ["raw_tracepoint:sched_process_exec"] if (
-                "-DCOMM_AT_EXEC" in self._cflags or not (f.comms or f.cgroup_ids or f.tgid_map)) else []
-            return self._attach_syscall_hooks(BPF) + [
-                "raw_tracepoint:task_newtask", *execs, "raw_tracepoint:sched_process_exit"]
+            return self._attach_syscall_hooks(BPF) + task_probes
         if self.method == "fentry":
             try:
                 self._prepare()   # --comm's tgids in the filter before the counting fexit attaches
-                links, probes = fentry.attach(self._bpf, model)
+                links, probes = fentry.attach(self._bpf, model, task_probes)
             except Exception:
                 self.close()
                 raise
             self._tp_btf.extend(links)
             return probes
-        return self._attach_kprobes(model, self.method)
+        return self._attach_kprobes(model, self.method, task_probes)
 
-    def _attach_kprobes(self, model, method: str) -> list[str]:
+    def _attach_kprobes(self, model, method: str, task_probes: list[str]) -> list[str]:
         """The kprobe method's probes, futex_hash's return (where lookups are
         counted) last and timed (counting_from)."""
         stamps: dict = {}
         try:
             self._prepare()
-            probes = attach_kprobes(self._bpf, model, method, stamps)
+            probes = attach_kprobes(self._bpf, model, method, stamps, task_probes)
         except Exception:
             self.close()
             raise

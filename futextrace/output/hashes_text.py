@@ -1,8 +1,8 @@
 """`futextrace snapshot`'s table: one line per process's futex hash
-(record/hashes.py reads them)."""
+(snapshot/hashes.py reads them)."""
 from __future__ import annotations
 
-from futextrace.record.hashread import ITERATOR
+from futextrace.procs.hashread import ITERATOR
 
 
 def hash_column(r: dict) -> str:

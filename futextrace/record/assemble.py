@@ -4,7 +4,7 @@ the `kernel` and `method` sections, through aggregate.build_recording."""
 from __future__ import annotations
 
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED
-from futextrace.record import targets
+from futextrace.procs import targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
 from futextrace.record.lockwaits import contention_section
 from futextrace.recording import Recording

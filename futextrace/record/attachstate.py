@@ -13,8 +13,8 @@ import os
 
 from futextrace.errors import FutextraceError
 from futextrace.record.commwatch import COMM_LEN
-from futextrace.record.hashread import open_iterator
-from futextrace.record.hashrows import listed, row_from_record
+from futextrace.procs.hashread import open_iterator
+from futextrace.procs.hashrows import listed, row_from_record
 
 FIELDS = ("pid", "comm", "threads", "buckets", "kind", "mode", "refcount", "pending")
 

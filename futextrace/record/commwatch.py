@@ -3,7 +3,7 @@
 Instead of reading and comparing the task's name in BPF on every futex call,
 user space keeps the kernel's `tgid_filter` map holding the processes named
 NAME: an initial /proc scan, then the proc connector's events (pyroute2,
-record/procevents.py) as processes fork (a child keeps its parent's name),
+procs/procevents.py) as processes fork (a child keeps its parent's name),
 exec (the name changes) and exit. The hot path does one tgid lookup.
 
 The kernel adds a process itself at exec (a `sched_process_exec` hook that
@@ -20,8 +20,8 @@ import os
 import select
 import threading
 
-from futextrace.record import procevents
-from futextrace.record.targets import comm_of
+from futextrace.procs import procevents
+from futextrace.procs.targets import comm_of
 
 COMM_LEN = 15   # TASK_COMM_LEN - 1: the kernel keeps that many bytes of a name
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
-from futextrace.record import commwatch, targets
+from futextrace.procs import targets
+from futextrace.record import commwatch
 from futextrace.recording import Recording
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from futextrace.analysis.contention import section
-from futextrace.record import targets
+from futextrace.procs import targets
 from futextrace.recording import Contention
 
 

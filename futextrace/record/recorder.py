@@ -8,27 +8,38 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, replace
 
 from futextrace.acting import inject, launch
 from futextrace.errors import TargetError
 from futextrace.loading.maps import MapReader
 from futextrace.naming.capture import NameCapture
 from futextrace.naming.recorded import name_processes
-from futextrace.record import assemble, attachstate, filternotes, procevents, startup, targets
+from futextrace.procs import procevents, targets
+from futextrace.record import assemble, attachstate, filternotes, startup
 from futextrace.record.live import IntervalReporter
 from futextrace.record.livewaits import IntervalWaits
 from futextrace.record.session import RecordOptions, TraceSession
+
+
+@dataclass(frozen=True)
+class RecordOutputs:
+    """Where `record`'s -i rows go, beside the options (what to trace): handles
+    the command opens from output/ (which sits above record/) and closes."""
+    live_out: object | None = None    # output/live_text.LiveView for per-interval text (None: not printed)
+    jsonl: object | None = None       # output/jsonio.Output for per-interval JSON lines
 
 
 class Recorder:
     """`record`'s run: a TraceSession, a MapReader of its program once
     attached, and the -i rows. Every exit path goes through close()."""
 
-    def __init__(self, opts: RecordOptions, model=None):
+    def __init__(self, opts: RecordOptions, model=None, outputs: RecordOutputs | None = None):
         self.opts = opts
         self.session = TraceSession(opts, model)
         self.reader: MapReader | None = None
-        self.live = IntervalReporter(opts.live_out, opts.jsonl, opts.timestamps)
+        outputs = outputs or RecordOutputs()
+        self.live = IntervalReporter(outputs.live_out, outputs.jsonl, opts.timestamps)
         self.lock_deltas = IntervalWaits()  # bucket-lock waits per interval (record/livewaits.py)
         self.names = NameCapture()          # the processes' memory maps, read while they live
         self._events_named = 0              # session.events already handed to names.tick
@@ -89,7 +100,7 @@ def _keep_output_error(rec: Recorder, result: dict) -> None:
         result["output_error"] = rec.session.output_error
 
 
-def record_pids(opts: RecordOptions, model=None) -> dict:
+def record_pids(opts: RecordOptions, model=None, outputs: RecordOutputs | None = None) -> dict:
     """Trace running processes (or everything when no filter is given)."""
     for pid in opts.pids:
         targets.check_pid(pid)
@@ -98,7 +109,7 @@ def record_pids(opts: RecordOptions, model=None) -> dict:
     if opts.pids or opts.comms:
         procevents.preload()      # the exit watch and --comm need it once attached
     with startup.SlowStartWatch():
-        rec = Recorder(opts, model)
+        rec = Recorder(opts, model, outputs)
         rec.start()
     exits = procevents.exit_watch(opts.pids)   # exit events pushed by the kernel; None: poll /proc
     try:
@@ -142,14 +153,15 @@ def _go(child: targets.StoppedChild, slots: int | None, name: str) -> dict | Non
     return answer.as_json(slots, name, child.pid)
 
 
-def record_command(argv: list[str], opts: RecordOptions, model=None) -> dict:
+def record_command(argv: list[str], opts: RecordOptions, model=None,
+                   outputs: RecordOutputs | None = None) -> dict:
     """Start `argv`, trace it (and what it forks) until it exits."""
     # forked, waits for go() before exec
     child = targets.StoppedChild(argv, stdout_to_stderr=opts.command_stdout_to_stderr)
     try:
-        opts.pids = [child.pid] + list(opts.pids)
+        opts = replace(opts, pids=(child.pid, *opts.pids))
         with startup.SlowStartWatch():
-            rec = Recorder(opts, model)
+            rec = Recorder(opts, model, outputs)
             rec.start()
         attachstate.mark_launched(rec.session.attach_state, child.pid, os.path.basename(argv[0]))
     except BaseException:

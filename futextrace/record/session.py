@@ -16,7 +16,7 @@ import datetime as dt
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from futextrace.errors import EnvironmentProblem, FileProblem, KernelRefused, UsageError
 from futextrace.kernel import modelcache
@@ -24,7 +24,8 @@ from futextrace.kernel.layout import EVENT
 from futextrace.loading import preconditions
 from futextrace.loading.loader import Filters, Program
 from futextrace.loading.methods import candidates
-from futextrace.record import attachstate, commwatch, filternotes, startup, stopsignals, targets
+from futextrace.procs import stopsignals, targets
+from futextrace.record import attachstate, commwatch, filternotes, startup
 
 POLL_MS = 100
 # Thread births/exits kept for the `threads` list. Beyond this, only thread events
@@ -34,26 +35,41 @@ POLL_MS = 100
 MAX_THREAD_EVENTS = 20000
 
 
-@dataclass
+@dataclass(frozen=True)
 class RecordOptions:
-    """What `record` and `serve` ask of a session (and `record` of its output)."""
-    pids: list[int] = field(default_factory=list)
-    tids: list[int] = field(default_factory=list)
-    comms: list[str] = field(default_factory=list)
-    cgroups: list[str] = field(default_factory=list)
+    """What `record` and `serve` ask of a session: what to trace, and how.
+    Built once by the command and only read (a launched command's PID is added
+    by a copy: dataclasses.replace). Where `record`'s rows go is beside it:
+    recorder.RecordOutputs."""
+    pids: tuple[int, ...] = ()
+    tids: tuple[int, ...] = ()
+    comms: tuple[str, ...] = ()
+    cgroups: tuple[str, ...] = ()
     hash_kind: str = "all"            # all | private | global
     duration: float | None = None
     interval: float | None = None
     method: str = "auto"
     max_futexes: int | None = None    # None: loader.default_max_futexes()
     timestamps: bool = False
-    jsonl: object | None = None       # output/jsonio.Output for per-interval JSON lines
-    live_out: object | None = None    # output/live_text.LiveView for per-interval text (None: not printed)
     exact_prctl: bool = False         # tracepoint method: hook prctl's exit (loader.Program)
     announce: bool = True             # say "Tracing..." on stderr once attached
     command_stdout_to_stderr: bool = False   # our stdout carries JSON: the command's goes to stderr
     command_slots: int | None = None  # record --slots: the command's hash size, set at its exec
     comm_in_bpf: bool = False         # --comm: compare names in BPF even where the proc connector works
+
+    def __post_init__(self):
+        for name in ("pids", "tids", "comms", "cgroups"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+def filters_for(opts: RecordOptions, cgroup_ids: tuple[int, ...], names_as_tgids: bool) -> Filters:
+    """The programs' filters, in one step. `names_as_tgids`: --comm's names are
+    kept as tgids by the proc connector (record/commwatch.py), so BPF keeps a
+    tgid set, adds to it at exec under a name (exec_comms), and compares no name."""
+    if names_as_tgids:
+        return Filters(pids=opts.pids, tids=opts.tids, cgroup_ids=cgroup_ids,
+                       tgid_map=True, exec_comms=opts.comms)
+    return Filters(pids=opts.pids, tids=opts.tids, comms=opts.comms, cgroup_ids=cgroup_ids)
 
 
 class TraceSession:
@@ -80,8 +96,8 @@ class TraceSession:
         # The methods to try in turn (auto: fentry, kprobe, tracepoint, those usable).
         self._candidates = candidates(self.model, opts.method)
         self.method, self.why = self._candidates[0]
-        self.filters = Filters(pids=list(opts.pids), tids=list(opts.tids), comms=list(opts.comms),
-                               cgroup_ids=[targets.cgroup_id(c) for c in opts.cgroups])
+        self._cgroup_ids = tuple(targets.cgroup_id(c) for c in opts.cgroups)   # a bad path: refused here
+        self.filters: Filters | None = None     # once the --comm watch is settled (_attach)
         self.program: Program | None = None
         self.compile_cache = "off"      # progcache: where the instructions came from
         self.history_lock = history_lock or contextlib.nullcontext()
@@ -109,7 +125,6 @@ class TraceSession:
         if not opts.pids and not opts.comm_in_bpf:
             self.comm_watch, why = commwatch.open_watch(opts.comms)
         if self.comm_watch:
-            self.filters.comms, self.filters.tgid_map, self.filters.exec_comms = [], True, list(opts.comms)
             self.comm_how = ("process names resolved to tgids: added by BPF at exec and fork, "
                              "removed by the proc connector at exit; the hot path does one tgid lookup")
         else:
@@ -136,6 +151,7 @@ class TraceSession:
 
     def _attach(self):
         self._open_comm_watch()
+        self.filters = filters_for(self.opts, self._cgroup_ids, self.comm_watch is not None)
         # --comm's tgids go into the filter before the counting hook attaches:
         # its processes are counted from the window's start, like -p targets.
         fill = (lambda bpf: self.comm_watch.start(bpf["tgid_filter"])) if self.comm_watch else None

@@ -33,8 +33,7 @@ def test_detached_runs_are_not_counted_and_counts_are_kept():
     from futextrace.kernel import model as kmodel
     from futextrace.record.recorder import Recorder, RecordOptions
     from tests.host.test_record import check_counts     # per bucket, from the test's own jhash2
-    rec = Recorder(RecordOptions(method="tracepoint", live_out=open(os.devnull, "w"), announce=False),
-                   kmodel.load())
+    rec = Recorder(RecordOptions(method="tracepoint", announce=False), kmodel.load())
     rec.start()
     try:
         if not rec.session.program.probes[0].startswith("tp_btf"):

@@ -1,4 +1,4 @@
-"""explain and snapshot (record/hashrows.py, record/hashwatch.py) on recorded and hand-made timelines (no BPF, no root)."""
+"""explain and snapshot (procs/hashrows.py, snapshot/hashwatch.py) on recorded and hand-made timelines (no BPF, no root)."""
 import functools
 import json
 import sys
@@ -8,7 +8,8 @@ import pytest
 
 from futextrace.analysis import explain as E
 from futextrace.output import explain_text as T
-from futextrace.record import hashrows, hashwatch
+from futextrace.procs import hashrows
+from futextrace.snapshot import hashwatch
 from futextrace.analysis.timeline import build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))

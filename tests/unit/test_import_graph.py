@@ -66,10 +66,30 @@ def test_a_layered_package_passes(tmp_path):
 def test_analysis_imports_nothing_above_it():
     """analysis/ returns data: the packages that word, record or serve it sit above it."""
     edges, _ = load_script().graph()
-    above = ("futextrace.output", "futextrace.record", "futextrace.export", "futextrace.commands",
-             "futextrace.bench")
+    above = ("futextrace.output", "futextrace.record", "futextrace.snapshot", "futextrace.export",
+             "futextrace.commands", "futextrace.bench")
     def inside(name, packages):   # futextrace.recording is not inside futextrace.record
         return any(name == p or name.startswith(p + ".") for p in packages)
     up = sorted((m, t) for m, ts in edges.items() if inside(m, ("futextrace.analysis",))
                 for t in ts if inside(t, above))
+    assert up == []
+
+
+# docs/architecture.md: imports go down. Packages in one row import nothing of each other.
+LAYERS = [("commands",), ("bench",), ("export", "output"), ("snapshot",), ("record",), ("acting", "analysis", "naming"),
+          ("procs",), ("loading",), ("kernel",), ("workload",)]
+
+
+def test_packages_import_only_below_them():
+    edges, _ = load_script().graph()
+    rank = {pkg: i for i, row in enumerate(LAYERS) for pkg in row}
+
+    def package(module):
+        parts = module.split(".")
+        return parts[1] if len(parts) > 2 or parts[1:2] and parts[1] in rank else None
+    found = {package(m) for m in edges} - {None}
+    assert found == set(rank), f"packages not in LAYERS: {found ^ set(rank)}"
+    up = sorted((m, t) for m, ts in edges.items() for t in ts
+                if package(m) and package(t) and package(m) != package(t)
+                and rank[package(t)] <= rank[package(m)])
     assert up == []

@@ -1,5 +1,5 @@
 """Each precondition has one check and one wording: root and the futex private
-hash (loading/preconditions.py), a process's name (record/targets.py)."""
+hash (loading/preconditions.py), a process's name (procs/targets.py)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import pytest
 
 from futextrace.errors import EXIT_ENV, EnvironmentProblem
 from futextrace.loading import preconditions
-from futextrace.record import targets
+from futextrace.procs import targets
 
 PACKAGE = Path(__file__).resolve().parents[2] / "futextrace"
 

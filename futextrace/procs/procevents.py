@@ -15,7 +15,7 @@ import select
 import socket
 import threading
 
-from futextrace.record.targets import alive
+from futextrace.procs.targets import alive
 
 PROC_EVENT_FORK = 0x1
 PROC_EVENT_EXEC = 0x2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from futextrace.errors import FutextraceError
 from futextrace.loading import preconditions
 from futextrace.loading.iterator import TaskIterator
-from futextrace.record import targets
+from futextrace.procs import targets
 
 ITERATOR = "iterator"
 WATCH = "watch"

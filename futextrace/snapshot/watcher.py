@@ -4,9 +4,9 @@ from __future__ import annotations
 import time
 
 from futextrace.errors import EnvironmentProblem
-from futextrace.record import procevents
-from futextrace.record.hashread import check_ready, open_iterator
-from futextrace.record.hashrows import iterator_rows
+from futextrace.procs import procevents
+from futextrace.procs.hashread import check_ready, open_iterator
+from futextrace.procs.hashrows import iterator_rows
 
 COMPARED = ("threads", "buckets", "kind", "mode", "refcount", "pending")
 MIN_GAP_S = 0.2          # re-reads triggered by process events are at most this frequent

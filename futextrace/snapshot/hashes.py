@@ -7,16 +7,16 @@ Where the kernel refuses iterators, the fallback watches futex calls for a
 moment (HASH_SEEN events, as `record` sees them) and says so: a process that
 makes no futex call while watched is then "not seen".
 
-This module: the entry point. Rows: hashrows.py; reading and its checks:
-hashread.py; the fallback: hashwatch.py; `--watch`: watcher.py; the table's
-text: output/hashes_text.py.
+This module: the entry point. Rows: procs/hashrows.py; reading and its checks:
+procs/hashread.py (both shared with record/attachstate.py); the fallback:
+hashwatch.py; `--watch`: watcher.py; the table's text: output/hashes_text.py.
 """
 from __future__ import annotations
 
 from futextrace.kernel import modelcache
-from futextrace.record.hashread import ITERATOR, check_ready, header, open_iterator
-from futextrace.record.hashrows import iterator_rows
-from futextrace.record.hashwatch import read_by_watching
+from futextrace.procs.hashread import ITERATOR, check_ready, header, open_iterator
+from futextrace.procs.hashrows import iterator_rows
+from futextrace.snapshot.hashwatch import read_by_watching
 
 
 def read_hashes(pids: list[int], duration: float = 1.0, model=None) -> dict:

@@ -3,9 +3,9 @@ traced for a moment (HASH_SEEN events, as `record` sees them), so a process
 that makes no futex call while watched is "not seen"."""
 from __future__ import annotations
 
-from futextrace.record import targets
-from futextrace.record.hashread import WATCH, header
-from futextrace.record.hashrows import describe
+from futextrace.procs import targets
+from futextrace.procs.hashread import WATCH, header
+from futextrace.procs.hashrows import describe
 from futextrace.record.recorder import RecordOptions, record_pids
 from futextrace.recording import Recording
 

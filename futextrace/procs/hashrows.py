@@ -1,10 +1,10 @@
-"""Rows of `futextrace snapshot`: one process's futex hash, from a task
-iterator record (struct ft_iter_task) or from a hash state the watch saw
-(HASH_SEEN)."""
+"""Rows of `futextrace snapshot` (and of the hash at attach,
+record/attachstate.py): one process's futex hash, from a task iterator record
+(struct ft_iter_task) or from a hash state the watch saw (HASH_SEEN)."""
 from __future__ import annotations
 
 from futextrace.kernel.sizing import buckets_of
-from futextrace.record import targets
+from futextrace.procs import targets
 
 
 def describe(state: dict | None) -> dict:
