@@ -8,10 +8,11 @@ import click
 from futextrace.errors import EXIT_CODES_HELP
 from futextrace.commands.options import SECONDS, json_option, text_wanted
 from futextrace.kernel import modelcache
+from futextrace.loading.iterator import ITERATOR
 from futextrace.output.jsonio import open_output, write_json
-from futextrace.output.hashes_text import format_row, render
+from futextrace.output.text.hashes_text import format_row, render
 from futextrace.record.hashes import read_hashes
-from futextrace.record.hashread import ITERATOR, header
+from futextrace.record.hashread import header
 from futextrace.record.hashrows import sort_rows
 from futextrace.record import stopsignals
 from futextrace.record.procevents import exit_text

@@ -9,12 +9,13 @@ makes no futex call while watched is then "not seen".
 
 This module: the entry point. Rows: hashrows.py; reading and its checks:
 hashread.py; the fallback: hashwatch.py; `--watch`: watcher.py; the table's
-text: output/hashes_text.py.
+text: output/text/hashes_text.py.
 """
 from __future__ import annotations
 
 from futextrace.kernel import modelcache
-from futextrace.record.hashread import ITERATOR, check_ready, header, open_iterator
+from futextrace.loading.iterator import ITERATOR
+from futextrace.record.hashread import check_ready, header, open_iterator
 from futextrace.record.hashrows import iterator_rows
 from futextrace.record.hashwatch import read_by_watching
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.analysis import explain as E
-from futextrace.output import explain_text as T
+from futextrace.output.text import explain_text as T
 from futextrace.record import hashrows, hashwatch
 from futextrace.analysis.timeline import build_timeline
 

@@ -4,11 +4,11 @@ report. analysis/explain.py decides; this module only says it."""
 from __future__ import annotations
 
 from futextrace.analysis.explain import EBUSY, EINVAL, ENOMEM, clone_kind, explain
-from futextrace.output.atomic_text import atomic_text, installed_text
-from futextrace.output.explain_advice import try_commands, try_lines, worded_recommendation
-from futextrace.output.history_text import at_attach_text
-from futextrace.output.whatif_text import render as whatif_lines
-from futextrace.output.words import count_noun
+from futextrace.output.text.atomic_text import atomic_text, installed_text
+from futextrace.output.text.explain_advice import try_commands, try_lines, worded_recommendation
+from futextrace.output.text.history_text import at_attach_text
+from futextrace.output.text.whatif_text import render as whatif_lines
+from futextrace.output.text.words import count_noun
 from futextrace.recording import Recording
 
 RULES = {

@@ -2,7 +2,7 @@
 (record/hashes.py reads them)."""
 from __future__ import annotations
 
-from futextrace.record.hashread import ITERATOR
+from futextrace.loading.iterator import ITERATOR
 
 
 def hash_column(r: dict) -> str:
