@@ -1,4 +1,5 @@
-"""Plots (matplotlib, Agg: no display needed)."""
+"""Plots (matplotlib, Agg: no display needed): what every picture uses (pyplot, the
+output path check, the save beside and rename), and `sweep --plot`'s figure."""
 from __future__ import annotations
 
 from pathlib import Path
