@@ -21,6 +21,10 @@ from typing import Optional, TypedDict
 
 SCHEMA = "futextrace-recording"
 SCHEMA_VERSION = 1     # raised when a field is removed, renamed or changes meaning (docs/json-schema.md)
+# A `global_shared` HashSummary's `note`: shown (text) and given as the reason beside
+# null (JSON) wherever a figure needs the bucket of a shared futex, which is not
+# recorded (bucket UNKNOWN). record/ writes it, output/text/ shows it.
+BUCKET_NOT_VISIBLE = "n/a (shared futexes: bucket not visible with this method)"
 
 
 # --- method and kernel -------------------------------------------------------

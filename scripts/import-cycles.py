@@ -23,10 +23,10 @@ PACKAGE = "futextrace"
 # (importing module, imported module): function-level imports kept on purpose.
 # Each needs a reason: only heavy optional dependencies (matplotlib) qualify.
 ALLOWED: dict[tuple[str, str], str] = {
-    # plots_recording imports matplotlib (about half a second): `report` without
+    # plots/recording.py imports matplotlib (about half a second): `report` without
     # --plot/--html, and every other command, never load it.
-    ("futextrace.commands.report", "futextrace.output.plots_recording"): "matplotlib, for pictures only",
-    ("futextrace.output.report", "futextrace.output.plots_recording"): "matplotlib, for pictures only",
+    ("futextrace.commands.report", "futextrace.output.plots.recording"): "matplotlib, for pictures only",
+    ("futextrace.output.report", "futextrace.output.plots.recording"): "matplotlib, for pictures only",
 }
 
 

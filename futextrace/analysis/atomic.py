@@ -11,7 +11,7 @@ new hash, so the windows are inferred. The lookups made in atomic mode are the
 per-futex `atomic` counts (fph->state read at each lookup, both methods).
 
 Pure Python over a recording (docs/json-schema.md, `resize_cost`); words:
-output/atomic_text.py.
+output/text/atomic_text.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Two recordings side by side (`futextrace diff A B`), as data: processes
 paired, each figure's two values, their difference and ratio, and each side's
-noise (analysis/compare_side.py). output/diff_text.py words it.
+noise (analysis/compare_side.py). output/text/diff_text.py words it.
 
 Processes are paired by pid where both recordings have it, then by command
 name (a restarted service gets a new pid); each pair says which. A process in

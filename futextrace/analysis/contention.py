@@ -169,7 +169,7 @@ def _ms_per_s(ns: int, rec: Recording) -> float:
 
 
 def advice(pid: int, rec: Recording, cur: int) -> dict:
-    """What the measured bucket-lock waits say about the size (output/explain_advice.py
+    """What the measured bucket-lock waits say about the size (output/text/explain_advice.py
     words it). verdict: global_hash (its locks are not traced), collision (`slots`
     separates the colliding futexes), no_separating_size, same_futex, untied (waits
     tied to no futex) or nothing_measurable."""

@@ -1,6 +1,6 @@
 """Why a process's futex hash has the bucket count it has (`futextrace explain`),
 as data: each step's reason and the facts its sentence needs (under "facts",
-which output/explain_text.py words and drops).
+which output/text/explain_text.py words and drops).
 
 Everything here is computed from a recording: its resize timeline, its thread
 history and the kernel model it carries (online CPUs, global hash size, the

@@ -5,7 +5,7 @@ prctl(SET_SLOTS, N) and is never resized automatically; SET_SLOTS 0 chooses the
 global hash for good; an automatic hash only grows, each time a clone that
 allocates (this kernel's clone rule, learned live) computes
 max(16, min(roundup_pow_of_two(4 × min(threads, online CPUs)), global size)),
-so N buckets mean the formula once gave N. Words: output/history_text.py.
+so N buckets mean the formula once gave N. Words: output/text/history_text.py.
 """
 from __future__ import annotations
 

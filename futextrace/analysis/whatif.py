@@ -44,7 +44,7 @@ def _row(size: int, hashed: list[tuple[int, int]], hot: set[int], bucket_bytes: 
 def table(listing: dict, bucket_bytes: int | None, beyond: dict | None = None) -> dict | None:
     """The what-if table for one process's futex listing (futex_list's output);
     `beyond`: what the listing misses (futexes_unlisted, lookups_missed,
-    unattributed), said in the table's notes (output/whatif_text.py)."""
+    unattributed), said in the table's notes (output/text/whatif_text.py)."""
     listed = listing.get("listed") or []
     if not listed:
         return None

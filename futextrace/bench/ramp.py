@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from futextrace.analysis.atomic import process_cost
 from futextrace.bench import runner
 from futextrace.errors import UsageError
+from futextrace.output.text.bench_text import ramp_warning
 
 
 @dataclass
@@ -104,18 +105,6 @@ def run(o: runner.WorkloadOptions, ramp: RampOptions, record_options: dict | Non
 def _label(run: dict) -> str:
     b = run["buckets_requested"]
     return "automatic" if b == runner.AUTO else f"{b} set at start"
-
-
-def ramp_warning(run: dict) -> str | None:
-    """The ramp is invisible when every thread had started by the first sample."""
-    points = run["points"]
-    threads = run["result"].get("threads")
-    if not points:
-        return "warning: the run ended before its first sample: no ramp to show (raise --runtime)"
-    if threads and points[0]["threads"] >= threads:
-        return (f"warning: all {threads} threads had started by the first sample (+{points[0]['t']:.3f} s): "
-                "the ramp ends before it is sampled; use a larger --ramp-ms or a smaller --interval-ms")
-    return None
 
 
 def summary(runs: list[dict]) -> list[str]:

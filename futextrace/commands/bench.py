@@ -4,14 +4,14 @@ from __future__ import annotations
 import click
 
 from futextrace.bench.ramp import RampOptions, run as run_ramp
-from futextrace.bench.ramp_plot import plot_ramp
+from futextrace.output.plots.ramp import plot_ramp
 from futextrace.bench import runner as bench
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError
-from futextrace.output.bench_text import cross_check, format_result
+from futextrace.output.text.bench_text import cross_check, format_result
 from futextrace.output.jsonio import open_output
-from futextrace.output.plots import PLOT_SUFFIXES
-from futextrace.output.render import render_text
+from futextrace.output.plots.figure import PLOT_SUFFIXES
+from futextrace.output.text.render import render_text
 
 
 class BucketsType(click.ParamType):

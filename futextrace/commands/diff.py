@@ -6,10 +6,10 @@ import click
 from futextrace.analysis.compare import compare
 from futextrace.commands.options import json_option, refuse_quiet_without_output, text_wanted
 from futextrace.errors import EXIT_CODES_HELP
-from futextrace.output.diff_text import render
+from futextrace.output.text.diff_text import render
 from futextrace.output.jsonio import open_output
-from futextrace.output.plots import plot_path
-from futextrace.output.plots_diff import plot_diff
+from futextrace.output.plots.figure import plot_path
+from futextrace.output.plots.diff import plot_diff
 from futextrace.output.report import load_carried
 
 EXAMPLES = """\b

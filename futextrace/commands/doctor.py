@@ -7,7 +7,7 @@ from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, KernelRefused
 from futextrace.loading import doctor as doc
 from futextrace.loading import preconditions
-from futextrace.output.doctor_text import doctor_text
+from futextrace.output.text.doctor_text import doctor_text
 from futextrace.output.jsonio import open_output, write_json
 
 

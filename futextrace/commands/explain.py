@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from futextrace.output.explain_text import explained, render
+from futextrace.output.text.explain_text import explained, render
 from futextrace.errors import EXIT_CODES_HELP, TargetError, UsageError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.commands.record import say_target_exited

@@ -5,9 +5,10 @@ import click
 
 from futextrace.errors import EXIT_CODES_HELP, FileProblem, KernelRefused, TargetError, UsageError
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
-from futextrace.output import acting_text, jsonio
-from futextrace.output.live_text import LiveView
-from futextrace.output.render import render_text
+from futextrace.output import jsonio
+from futextrace.output.text import acting_text
+from futextrace.output.text.live_text import LiveView
+from futextrace.output.text.render import render_text
 from futextrace.record.recorder import RecordOptions, RecordOutputs, record_command, record_pids
 from futextrace.record.startup import set_rt_priority
 from futextrace.recording import Recording

@@ -8,7 +8,7 @@ import click
 
 from futextrace.errors import EXIT_CODES_HELP, FileProblem
 from futextrace.output.jsonio import echo
-from futextrace.output.render import render_text
+from futextrace.output.text.render import render_text
 from futextrace.output.report import load_recording, write_html
 
 EXAMPLES = """\b
@@ -36,7 +36,7 @@ def command(file, plot_dir, html_path, quiet, verbose):
         echo(text)
     images = []
     if plot_dir or html_path:
-        from futextrace.output.plots_recording import plot_recording   # matplotlib: only for pictures
+        from futextrace.output.plots.recording import plot_recording   # matplotlib: only for pictures
         tmp = None if plot_dir else tempfile.TemporaryDirectory(prefix="futextrace-report-")
         out = Path(plot_dir) if plot_dir else Path(tmp.name)
         try:

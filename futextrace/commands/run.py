@@ -11,7 +11,7 @@ from futextrace.acting import follow, inject, launch, preflight
 from futextrace.commands.options import json_option
 from futextrace.commands.set import slots_choice
 from futextrace.errors import EXIT_CODES_HELP, KernelRefused, TargetError
-from futextrace.output import acting_text
+from futextrace.output.text import acting_text
 from futextrace.output.jsonio import open_output, write_json
 from futextrace.procs.targets import StoppedChild
 

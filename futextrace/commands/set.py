@@ -6,7 +6,7 @@ import click
 from futextrace.acting import gadgets, inject, preflight
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, KernelRefused, TargetError
-from futextrace.output import acting_text
+from futextrace.output.text import acting_text
 from futextrace.output.jsonio import open_output, write_json
 
 EXAMPLES = """\b

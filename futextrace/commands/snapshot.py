@@ -8,10 +8,11 @@ import click
 from futextrace.errors import EXIT_CODES_HELP
 from futextrace.commands.options import SECONDS, json_option, text_wanted
 from futextrace.kernel import modelcache
+from futextrace.loading.iterator import ITERATOR
 from futextrace.output.jsonio import open_output, write_json
-from futextrace.output.hashes_text import format_row, render
+from futextrace.output.text.hashes_text import format_row, render
 from futextrace.procs import stopsignals
-from futextrace.procs.hashread import ITERATOR, header
+from futextrace.procs.hashread import header
 from futextrace.procs.hashrows import sort_rows
 from futextrace.procs.procevents import exit_text
 from futextrace.snapshot.hashes import read_hashes

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from futextrace.bench import runner as bench
 from futextrace.bench import sweep
-from futextrace.output.plots import PLOT_SUFFIXES, plot_sweep
+from futextrace.output.plots.figure import PLOT_SUFFIXES, plot_sweep
 from futextrace.commands.bench import workload_options, write_json
 from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError

@@ -26,6 +26,9 @@ from futextrace.kernel.layout import bpf_dir
 from futextrace.loading.bpfsys import ATTR_SIZE, BPF_TRACE_ITER, bpf, load_tracing
 from futextrace.loading import progcache
 
+# A snapshot read by this iterator says so: its "method" (record/hashread.py header()),
+# which output/text/hashes_text.py reads back.
+ITERATOR = "iterator"
 BPF_LINK_CREATE = 28
 BPF_ITER_CREATE = 33
 _FN = "ft_iter_task"

@@ -58,6 +58,6 @@ def load_carried(path: str) -> tuple[Recording, dict | None]:
 def write_html(path: str, rec: Recording, title: str, text: str, images: list[Path]) -> None:
     """One self-contained page (output/report_html.py): header, caveats, the
     pictures inlined as base64 with captions, tables, the text report."""
-    from futextrace.output.plots_recording import PICTURES   # matplotlib: only for pictures
+    from futextrace.output.plots.recording import PICTURES   # matplotlib: only for pictures
     captions = {name: caption for name, (_, caption) in PICTURES.items()}
     write_file(path, page(rec, title, text, images, captions))   # beside, then renamed: a failed write leaves the old page

@@ -8,8 +8,8 @@ import base64
 import html
 from pathlib import Path
 
-from futextrace.output.estimates import approx
-from futextrace.output.plots_common import pid_names
+from futextrace.output.text.estimates import approx
+from futextrace.output.plots.common import pid_names
 from futextrace.recording import Recording
 
 MAX_ROWS = 40     # process and resize tables: the busiest / first rows

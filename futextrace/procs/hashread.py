@@ -7,7 +7,6 @@ from futextrace.loading import preconditions
 from futextrace.loading.iterator import TaskIterator
 from futextrace.procs import targets
 
-ITERATOR = "iterator"
 WATCH = "watch"
 
 

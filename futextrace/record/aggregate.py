@@ -29,14 +29,11 @@ from futextrace.analysis.whatif import futex_list
 from futextrace.kernel.layout import KIND
 from futextrace.kernel.sizing import buckets_of
 from futextrace.loading.exact import UNKNOWN, futex_share
-from futextrace.recording import (CpuRow, Estimate, Estimates, FutexDetail, FutexList, HashSummary, HistSlot,
-                                  Imbalance, Kernel, Method, NodeRow, Process, Recording, Refcount, SCHEMA,
-                                  SCHEMA_VERSION, SeenFilter, Totals)
+from futextrace.recording import (BUCKET_NOT_VISIBLE, CpuRow, Estimate, Estimates, FutexDetail, FutexList,
+                                  HashSummary, HistSlot, Imbalance, Kernel, Method, NodeRow, Process, Recording,
+                                  Refcount, SCHEMA, SCHEMA_VERSION, SeenFilter, Totals)
 
 KIND_NAMES = {v: k.removeprefix("FT_").lower() for k, v in KIND.items()}
-# Shown (text) and given as the reason beside null (JSON) wherever a figure needs
-# the bucket of a shared futex, which is not recorded (bucket UNKNOWN).
-BUCKET_NOT_VISIBLE = "n/a (shared futexes: bucket not visible with this method)"
 HOTTEST = 10          # hottest buckets listed per hash
 ADDRS_PER_BUCKET = 8  # futex addresses listed per hot bucket
 REF_COUNTERS = ("REF_GET_PERCPU", "REF_GET_ATOMIC", "REF_PUT_PERCPU", "REF_PUT_ATOMIC")

@@ -2,7 +2,7 @@
 
 Each interval the recorder hands over the cumulative per-futex counts (the
 map plus the per-CPU cache, merged); this module turns two such readings into
-per-process rates for the interval (output/live_text.py words them). Pure Python on plain
+per-process rates for the interval (output/text/live_text.py words them). Pure Python on plain
 data, unit-tested on recorded counts.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from futextrace.analysis.atomic import installed_at, process_cost
 from futextrace.analysis.timeline import build_timeline
 from futextrace.kernel.sizing import buckets_of
 from futextrace.loading.exact import entry_totals
-from futextrace.record.aggregate import BUCKET_NOT_VISIBLE, KIND_NAMES, UNKNOWN, total_of, merge_futexes
-from futextrace.recording import HashAtAttach, Interval, IntervalProcess, Recording
+from futextrace.record.aggregate import KIND_NAMES, UNKNOWN, total_of, merge_futexes
+from futextrace.recording import BUCKET_NOT_VISIBLE, HashAtAttach, Interval, IntervalProcess, Recording
 
 def futex_counts(futexes: list[dict]) -> dict[tuple, tuple[int, int]]:
     """(tgid, kind, uaddr, hash_mask) -> (cumulative lookups, bucket)."""

@@ -9,12 +9,13 @@ makes no futex call while watched is then "not seen".
 
 This module: the entry point. Rows: procs/hashrows.py; reading and its checks:
 procs/hashread.py (both shared with record/attachstate.py); the fallback:
-hashwatch.py; `--watch`: watcher.py; the table's text: output/hashes_text.py.
+hashwatch.py; `--watch`: watcher.py; the table's text: output/text/hashes_text.py.
 """
 from __future__ import annotations
 
 from futextrace.kernel import modelcache
-from futextrace.procs.hashread import ITERATOR, check_ready, header, open_iterator
+from futextrace.loading.iterator import ITERATOR
+from futextrace.procs.hashread import check_ready, header, open_iterator
 from futextrace.procs.hashrows import iterator_rows
 from futextrace.snapshot.hashwatch import read_by_watching
 

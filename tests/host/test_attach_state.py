@@ -192,7 +192,7 @@ def test_launched_set_slots_then_clone_is_told_once():
 
 
 def test_falls_back_and_says_so_where_iterators_are_refused(procs):
-    from futextrace.output import explain_text as T
+    from futextrace.output.text import explain_text as T
     from futextrace.kernel import modelcache
     from futextrace.record.recorder import RecordOptions, record_pids
     model = modelcache.load_running()[0]    # a copy of this boot's model (slow to build under TCG)

@@ -121,7 +121,7 @@ def text_report(report):
     """`doctor`'s text. In a VM guest, the JSON run's report rendered by the function
     the CLI prints it with: a second doctor run costs minutes of compiles under TCG."""
     if in_vm_guest():
-        from futextrace.output.doctor_text import doctor_text
+        from futextrace.output.text.doctor_text import doctor_text
         return doctor_text(report) + "\n"
     r = cli("doctor")
     assert r.returncode == 0, r.stderr

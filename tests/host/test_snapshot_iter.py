@@ -132,7 +132,7 @@ def test_record_notices_the_target_exit_with_its_status():
 
 def test_snapshot_falls_back_to_watching_where_iterators_are_refused(procs):
     from futextrace.kernel import model as kmodel
-    from futextrace.output.hashes_text import render
+    from futextrace.output.text.hashes_text import render
     from futextrace.snapshot.hashes import read_hashes
     model = kmodel.load()
     model.iter_btf_ids = {}       # as on a kernel whose BTF has no bpf_iter_task

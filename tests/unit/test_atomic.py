@@ -1,8 +1,8 @@
 """futextrace/analysis/atomic.py on hand-written recordings: expected values
 are worked out here from the timestamps written below."""
 from futextrace.analysis.atomic import installed_at, process_cost
-from futextrace.output.atomic_text import atomic_text, installed_text
-from futextrace.output.explain_text import explained, render
+from futextrace.output.text.atomic_text import atomic_text, installed_text
+from futextrace.output.text.explain_text import explained, render
 from futextrace.bench.ramp import atomic_share, series
 
 PID = 42

@@ -1,10 +1,10 @@
-"""analysis/contention.py, and its advice in words (output/explain_advice.py), on
+"""analysis/contention.py, and its advice in words (output/text/explain_advice.py), on
 hand-made lock_waits rows (no BPF, no root). Buckets and sizes are checked with
 the tests' own jhash2 (tests/host/fidelity_ref.py)."""
 from __future__ import annotations
 
 from futextrace.analysis import contention as C
-from futextrace.output.explain_advice import advice_words
+from futextrace.output.text.explain_advice import advice_words
 from tests.host.fidelity_ref import private_bucket
 
 BASE = 0x7E0000000000
@@ -74,7 +74,7 @@ def test_no_size_when_futexes_never_part_below_the_limit():
 
 
 def test_live_interval_rates_and_causes():
-    from futextrace.output.live_text import wait_lines
+    from futextrace.output.text.live_text import wait_lines
     from futextrace.record.livewaits import IntervalWaits
     a, b = _pair(True)
     d = IntervalWaits()
@@ -99,7 +99,7 @@ def test_sweep_figures():
 
 
 def test_record_text():
-    from futextrace.output.contention import contention_lines
+    from futextrace.output.text.contention import contention_lines
     a, b = _pair(True)
     text = "\n".join(contention_lines(rec_of([row(1, 3, a, 10, 2_000_000), row(1, 3, b, 5, 1_000_000)])["contention"]))
     assert "15 waits, 3.000 ms in 2.00 s (1.5 ms/s); collision 15 waits 3.000 ms" in text
@@ -111,7 +111,7 @@ def test_record_text_names_the_buckets_it_leaves_out():
     """Seven buckets with waits, five rows: a line says what the other two hold,
     so the rows add up to the process's total (a MariaDB run showed 5 of 11
     buckets with no word about the rest)."""
-    from futextrace.output.contention import contention_lines
+    from futextrace.output.text.contention import contention_lines
     a, _ = _pair(True)
     rows = [row(1, bucket, a + 64 * bucket, 10 + bucket, (bucket + 1) * 1_000_000) for bucket in range(7)]
     text = "\n".join(contention_lines(rec_of(rows)["contention"]))
@@ -137,7 +137,7 @@ def test_exporter_series_never_go_backwards_and_stay_bounded():
 
 def test_small_wait_rate_in_the_total_unit():
     """25.7 us in 10 s reads as 2.57 us/s, not 0.00257 ms/s (a MariaDB run's line)."""
-    from futextrace.output.contention import contention_lines
+    from futextrace.output.text.contention import contention_lines
     a, _ = _pair(True)
     text = "\n".join(contention_lines(rec_of([row(1, 3, a, 3, 30_000)])["contention"]))
     assert "3 waits, 30.0 us in 2.00 s (15 us/s)" in text, text

@@ -1,4 +1,4 @@
-"""`futextrace diff` (analysis/compare.py, output/diff_text.py, commands/diff.py)
+"""`futextrace diff` (analysis/compare.py, output/text/diff_text.py, commands/diff.py)
 on the recorded fixtures and on recordings built here. Expected values come from
 the JSON fields directly, never from the module under test."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.analysis.compare import compare
-from futextrace.output.diff_text import render
+from futextrace.output.text.diff_text import render
 
 DATA = Path(__file__).parent.parent / "data"
 PNG = b"\x89PNG\r\n\x1a\n"

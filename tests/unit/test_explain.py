@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.analysis import explain as E
-from futextrace.output import explain_text as T
+from futextrace.output.text import explain_text as T
 from futextrace.procs import hashrows
 from futextrace.snapshot import hashwatch
 from futextrace.analysis.timeline import build_timeline

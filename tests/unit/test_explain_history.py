@@ -1,10 +1,10 @@
 """What a hash read at attach says about the history before the recording
-(analysis/history.py, output/history_text.py), and grouping of repeated explain lines. No BPF, no root.
+(analysis/history.py, output/text/history_text.py), and grouping of repeated explain lines. No BPF, no root.
 Thread counts below are worked out by hand from the kernel's formula
 max(16, min(roundup_pow_of_two(4 × min(threads, CPUs)), global size))."""
 from futextrace.analysis import explain as E
-from futextrace.output import explain_text as T
-from futextrace.output.history_text import at_attach_text
+from futextrace.output.text import explain_text as T
+from futextrace.output.text.history_text import at_attach_text
 
 K8 = {"online_cpus": 8, "global_size": 512}
 

@@ -9,7 +9,7 @@ import pytest
 
 from futextrace.analysis import explain as analysis
 from futextrace.analysis.steps import NoResizeReason, PrctlReason, StepKind
-from futextrace.output import explain_text
+from futextrace.output.text import explain_text
 
 
 def test_every_kind_has_a_sentence():

@@ -1,4 +1,4 @@
-"""explain's `try` lines (output/explain_advice.py try_commands): where a size is
+"""explain's `try` lines (output/text/explain_advice.py try_commands): where a size is
 suggested, the exact commands to try it and to compare; nothing else changes."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from futextrace.analysis import contention as C
-from futextrace.output import explain_text as T
-from futextrace.output.explain_advice import try_commands
+from futextrace.output.text import explain_text as T
+from futextrace.output.text.explain_advice import try_commands
 from tests.host.fidelity_ref import private_bucket
 
 DATA = Path(__file__).parent.parent / "data"

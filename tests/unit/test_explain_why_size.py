@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from futextrace.analysis.explain import _State, size_limit
-from futextrace.output.explain_text import explained, render, why_size
+from futextrace.output.text.explain_text import explained, render, why_size
 
 SAMPLE = Path(__file__).parent.parent / "data" / "recording-tp-auto.json"
 

@@ -93,3 +93,17 @@ def test_packages_import_only_below_them():
                 if package(m) and package(t) and package(m) != package(t)
                 and rank[package(t)] <= rank[package(m)])
     assert up == []
+
+
+def test_output_imports_nothing_above_it():
+    """output/ words and draws what it is given: it imports no recording machinery
+    (record/), no benchmark (bench/), no exporter and no command. The constants both
+    sides share sit below it (recording.BUCKET_NOT_VISIBLE, loading.iterator.ITERATOR,
+    output/text/bench_text.ramp_warning for bench/ramp.py and output/plots/ramp.py)."""
+    edges, _ = load_script().graph()
+    above = ("futextrace.record", "futextrace.bench", "futextrace.export", "futextrace.commands")
+    def inside(name, packages):   # futextrace.recording is not inside futextrace.record
+        return any(name == p or name.startswith(p + ".") for p in packages)
+    up = sorted((m, t) for m, ts in edges.items() if inside(m, ("futextrace.output",))
+                for t in ts if inside(t, above))
+    assert up == []

@@ -1,6 +1,6 @@
 """The live view's per-interval arithmetic on hand-made snapshots."""
 from futextrace.kernel.layout import KIND
-from futextrace.output import live_text
+from futextrace.output.text import live_text
 from futextrace.record import live
 
 

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from futextrace.analysis.timeline import build_timeline
-from futextrace.output import live_text
+from futextrace.output.text import live_text
 from futextrace.record import live
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -7,10 +7,10 @@ import copy
 import json
 from pathlib import Path
 
-from futextrace.output import explain_text as T
-from futextrace.output.contention import contention_lines
-from futextrace.output.names_text import LEGEND_MAX, name_text, short_name
-from futextrace.output.render import render_text
+from futextrace.output.text import explain_text as T
+from futextrace.output.text.contention import contention_lines
+from futextrace.output.text.names_text import LEGEND_MAX, name_text, short_name
+from futextrace.output.text.render import render_text
 
 DATA = Path(__file__).parent.parent / "data"
 

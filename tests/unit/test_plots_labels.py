@@ -8,9 +8,9 @@ pytest.importorskip("matplotlib")
 
 
 def test_labels_at_one_point_do_not_overlap(tmp_path):
-    from futextrace.output.plots import pyplot
-    from futextrace.output.plots_recording import plot_resizes
-    from futextrace.output.plots_resizes import place_labels
+    from futextrace.output.plots.figure import pyplot
+    from futextrace.output.plots.recording import plot_resizes
+    from futextrace.output.plots.resizes import place_labels
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     ax.plot([0, 1], [0, 128])

@@ -7,14 +7,14 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from futextrace.output.plots import pyplot  # noqa: E402
-from futextrace.output.plots_buckets import figure_buckets  # noqa: E402
-from futextrace.output.plots_common import FOLD_MIN, FOLD_SHARE, MAX_PANELS  # noqa: E402
-from futextrace.output.plots_cpus import figure_cpus  # noqa: E402
-from futextrace.output.plots_heatmap import figure_heatmap  # noqa: E402
-from futextrace.output.plots_rates import figure_rates  # noqa: E402
-from futextrace.output.plots_resizes import figure_resizes  # noqa: E402
-from futextrace.output.plots_whatif import figure_whatif  # noqa: E402
+from futextrace.output.plots.figure import pyplot  # noqa: E402
+from futextrace.output.plots.buckets import figure_buckets  # noqa: E402
+from futextrace.output.plots.common import FOLD_MIN, FOLD_SHARE, MAX_PANELS  # noqa: E402
+from futextrace.output.plots.cpus import figure_cpus  # noqa: E402
+from futextrace.output.plots.heatmap import figure_heatmap  # noqa: E402
+from futextrace.output.plots.rates import figure_rates  # noqa: E402
+from futextrace.output.plots.resizes import figure_resizes  # noqa: E402
+from futextrace.output.plots.whatif import figure_whatif  # noqa: E402
 from tests.unit import synthetic  # noqa: E402
 
 SHAPES = [(1, 2, 0), (5, 2, 1), (40, 128, 3), (5, 128, 0), (40, 2, 1)]

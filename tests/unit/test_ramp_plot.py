@@ -6,6 +6,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from futextrace.bench import ramp, runner  # noqa: E402
+from futextrace.output.text import bench_text  # noqa: E402
 from tests.unit.test_plots_pictures import assert_no_overlap  # noqa: E402
 
 
@@ -29,7 +30,7 @@ def _doc(first_threads: int = 1) -> dict:
 
 def _figure(doc, tmp_path, monkeypatch):
     """plot_ramp's figure, caught before it is saved and closed."""
-    from futextrace.bench import ramp_plot
+    from futextrace.output.plots import ramp as ramp_plot
     caught = {}
 
     def keep(fig, out, **kw):
@@ -69,7 +70,7 @@ def test_warning_when_the_ramp_ends_before_the_first_sample(tmp_path, monkeypatc
     assert lines[0].startswith("warning: all 8 threads had started by the first sample")
     fig = _figure(doc, tmp_path, monkeypatch)
     assert "warning: all 8 threads" in fig._supxlabel.get_text()
-    assert ramp.ramp_warning(_doc()["runs"][0]) is None
+    assert bench_text.ramp_warning(_doc()["runs"][0]) is None
 
 
 def test_resize_at_goes_to_the_automatic_run_only(monkeypatch):

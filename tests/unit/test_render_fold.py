@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from futextrace.kernel.layout import KIND
-from futextrace.output.render import FOLD_TOP, fold_processes, log2_hist, render_text
-from futextrace.output import live_text
+from futextrace.output.text.render import FOLD_TOP, fold_processes, log2_hist, render_text
+from futextrace.output.text import live_text
 from futextrace.record import live
 
 SAMPLE = Path(__file__).parent.parent / "data" / "recording-tp-auto.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.errors import EXIT_IO, FileProblem
-from futextrace.output.render import render_text
+from futextrace.output.text.render import render_text
 from futextrace.output.report import load_recording
 
 DATA = Path(__file__).parent.parent / "data"
@@ -130,7 +130,7 @@ def test_plots_without_lookups_or_resizes(tmp_path):
     """An empty recording still draws (with a note), rather than failing."""
     rec = copy.deepcopy(json.loads(SAMPLES[0].read_text()))
     rec["processes"], rec["resizes"], rec["per_cpu"] = [], [], []
-    from futextrace.output.plots_recording import plot_recording
+    from futextrace.output.plots.recording import plot_recording
     paths = plot_recording(rec, tmp_path)
     assert all(p.read_bytes().startswith(PNG) for p in paths)
 

@@ -4,7 +4,7 @@ hand from the kernel's rules, not computed with futextrace's formulas."""
 import sys
 from pathlib import Path
 
-from futextrace.output import explain_text as T
+from futextrace.output.text import explain_text as T
 from futextrace.analysis.timeline import build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))

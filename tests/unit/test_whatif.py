@@ -5,7 +5,7 @@ from collections import Counter
 from pathlib import Path
 
 from futextrace.analysis import whatif
-from futextrace.output.whatif_text import worded_table
+from futextrace.output.text.whatif_text import worded_table
 
 _spec = importlib.util.spec_from_file_location("fidelity_ref", Path(__file__).parents[1] / "host" / "fidelity_ref.py")
 ref = importlib.util.module_from_spec(_spec)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 
-from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
-from futextrace.recording import Interval, IntervalPending, IntervalProcess
+from futextrace.recording import BUCKET_NOT_VISIBLE, Interval, IntervalPending, IntervalProcess
 
 TOP = 10   # processes shown per interval, busiest first
 CLEAR = "\x1b[H\x1b[2J"   # home + clear screen: a terminal gets redrawn like top

@@ -8,9 +8,9 @@ import textwrap
 from pathlib import Path
 
 from futextrace.analysis import whatif
-from futextrace.output.plots import pyplot
-from futextrace.output.plots_common import FOOTNOTE_CHARS, pid_names, pow2_label, save, who
-from futextrace.output.whatif_text import worded_table
+from futextrace.output.plots.figure import pyplot
+from futextrace.output.plots.common import FOOTNOTE_CHARS, pid_names, pow2_label, save, who
+from futextrace.output.text.whatif_text import worded_table
 from futextrace.recording import Process, Recording
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from futextrace.analysis.explain import clone_kind, explain
 from futextrace.analysis.steps import Step
-from futextrace.output.atomic_text import atomic_text, installed_text
-from futextrace.output.explain_advice import try_commands, try_lines, worded_recommendation
-from futextrace.output.history_text import at_attach_text
-from futextrace.output.whatif_text import render as whatif_lines
-from futextrace.output.words import count_noun
+from futextrace.output.text.atomic_text import atomic_text, installed_text
+from futextrace.output.text.explain_advice import try_commands, try_lines, worded_recommendation
+from futextrace.output.text.history_text import at_attach_text
+from futextrace.output.text.whatif_text import render as whatif_lines
+from futextrace.output.text.words import count_noun
 from futextrace.recording import Recording
 
 RULES = {

@@ -1,17 +1,17 @@
 """Pictures of one recording (matplotlib, Agg): the buckets of each busy hash,
 lookups per CPU, the hash size over time, lookups/s per process over time, the
 what-if sizing curves. Each function writes one PNG and returns its path; the
-modules plots_buckets, plots_cpus, plots_resizes, plots_rates, plots_whatif draw them."""
+modules buckets, cpus, resizes, rates, whatif beside it draw them."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots_buckets import plot_buckets
-from futextrace.output.plots_cpus import plot_cpus
-from futextrace.output.plots_heatmap import plot_heatmap
-from futextrace.output.plots_rates import plot_rates
-from futextrace.output.plots_resizes import plot_resizes
-from futextrace.output.plots_whatif import plot_whatif
+from futextrace.output.plots.buckets import plot_buckets
+from futextrace.output.plots.cpus import plot_cpus
+from futextrace.output.plots.heatmap import plot_heatmap
+from futextrace.output.plots.rates import plot_rates
+from futextrace.output.plots.resizes import plot_resizes
+from futextrace.output.plots.whatif import plot_whatif
 from futextrace.recording import Recording
 
 __all__ = ["plot_buckets", "plot_cpus", "plot_heatmap", "plot_rates", "plot_resizes", "plot_whatif", "plot_recording"]

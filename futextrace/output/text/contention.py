@@ -2,8 +2,8 @@
 buckets that waited most (analysis/contention.py builds the section)."""
 from __future__ import annotations
 
-from futextrace.output.names_text import with_name
-from futextrace.output.words import blind_spot_lines, count_noun
+from futextrace.output.text.names_text import with_name
+from futextrace.output.text.words import blind_spot_lines, count_noun
 from futextrace.recording import Contention
 
 

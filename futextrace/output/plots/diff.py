@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots import plot_path, pyplot, save_figure
+from futextrace.output.plots.figure import plot_path, pyplot, save_figure
 
 MAX_PAIRS = 6
 COLOURS = {"a": "tab:blue", "b": "tab:orange"}

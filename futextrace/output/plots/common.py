@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from futextrace.output.plots import save_figure
+from futextrace.output.plots.figure import save_figure
 from futextrace.recording import Recording
 
 FOLD_SHARE = 0.02    # a hash or process with under 2% of the recording's lookups is folded...

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots import pyplot
-from futextrace.output.plots_buckets import bucket_index
-from futextrace.output.plots_common import pid_names, save, who
+from futextrace.output.plots.figure import pyplot
+from futextrace.output.plots.buckets import bucket_index
+from futextrace.output.plots.common import pid_names, save, who
 from futextrace.recording import Interval, Recording
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.bench.ramp import ramp_warning
-from futextrace.output.plots import pyplot, plot_path, save_figure
-from futextrace.output.plots_common import pow2_label
+from futextrace.output.plots.common import pow2_label
+from futextrace.output.plots.figure import pyplot, plot_path, save_figure
+from futextrace.output.text.bench_text import ramp_warning
 
 COLORS = ("tab:blue", "tab:orange")
 STYLES = {"request": ":", "pivot": "--"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 
 from futextrace.analysis.contention import MAX_SLOTS, MEASURABLE_MS_PER_S
-from futextrace.output.names_text import name_text
-from futextrace.output.whatif_text import worded_table
-from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
+from futextrace.output.text.names_text import name_text
+from futextrace.output.text.whatif_text import worded_table
+from futextrace.recording import BUCKET_NOT_VISIBLE
 
 SHARED_WHY = ("shared futexes (process-shared or file-backed), which always use the global hash: "
               "no PR_FUTEX_HASH_SET_SLOTS size changes their buckets")

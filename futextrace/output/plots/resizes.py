@@ -10,8 +10,8 @@ from pathlib import Path
 
 from matplotlib.transforms import offset_copy
 
-from futextrace.output.plots import pyplot
-from futextrace.output.plots_common import (add_footnote, footnote_text, pid_names, pow2_label, save,
+from futextrace.output.plots.figure import pyplot
+from futextrace.output.plots.common import (add_footnote, footnote_text, pid_names, pow2_label, save,
                                             who)
 from futextrace.recording import Recording, Resize
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots import pyplot
-from futextrace.output.plots_common import (MAX_PANELS, add_footnote, footnote_text, pid_names, save,
+from futextrace.output.plots.figure import pyplot
+from futextrace.output.plots.common import (MAX_PANELS, add_footnote, footnote_text, pid_names, save,
                                             who)
 from futextrace.recording import Recording
 

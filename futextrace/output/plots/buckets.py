@@ -8,10 +8,10 @@ from pathlib import Path
 
 from futextrace.analysis.whatif import HOT_SHARE
 from futextrace.kernel.jhash import private_hash
-from futextrace.output import plots_lockwaits
-from futextrace.output.estimates import approx
-from futextrace.output.plots import pyplot
-from futextrace.output.plots_common import (MAX_PANELS, add_footnote, fold_threshold, footnote_text,
+from futextrace.output.plots import lockwaits
+from futextrace.output.text.estimates import approx
+from futextrace.output.plots.figure import pyplot
+from futextrace.output.plots.common import (MAX_PANELS, add_footnote, fold_threshold, footnote_text,
                                             pid_names, save, who)
 from futextrace.recording import HashSummary, Process, Recording
 
@@ -211,7 +211,7 @@ def figure_buckets(rec: Recording):
     names = pid_names(rec)
     drawn, folded = _panels(rec, names)
     n = max(1, len(drawn))
-    waits = plots_lockwaits.wanted(rec)
+    waits = lockwaits.wanted(rec)
     rows = [4, 1.3, 1.2] if waits else [4, 1.3]
     fig = plt.figure(figsize=(10, (3.8 if waits else 2.9) * n + 1.0), dpi=110, layout="constrained")
     fig.suptitle("Futex hash: lookups per bucket, in bucket order, stacked by futex"
@@ -227,7 +227,7 @@ def figure_buckets(rec: Recording):
         strip = fig.add_subplot(grid[len(rows) * i + 1, 0], sharex=ax)
         _panel(rec, names, p, h, ax, strip)
         if waits:
-            plots_lockwaits.draw(rec, p, h, fig.add_subplot(grid[len(rows) * i + 2, 0], sharex=ax),
+            lockwaits.draw(rec, p, h, fig.add_subplot(grid[len(rows) * i + 2, 0], sharex=ax),
                                  int(ax.get_xlim()[1] + 0.5))
     add_footnote(fig, footnote_text(f"Not drawn (under {fold_threshold(rec):,} lookups, or beyond the "
                                     f"{MAX_PANELS} busiest):", folded))

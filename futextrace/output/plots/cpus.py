@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from futextrace.output.plots import pyplot
-from futextrace.output.plots_common import save
+from futextrace.output.plots.figure import pyplot
+from futextrace.output.plots.common import save
 from futextrace.recording import CpuRow, Recording
 
 GROUP_BY_NODE = 32      # more CPUs than this: gaps and labels between nodes

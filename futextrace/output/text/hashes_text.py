@@ -2,7 +2,7 @@
 (snapshot/hashes.py reads them)."""
 from __future__ import annotations
 
-from futextrace.procs.hashread import ITERATOR
+from futextrace.loading.iterator import ITERATOR
 
 
 def hash_column(r: dict) -> str:

@@ -1,11 +1,12 @@
-"""Plots (matplotlib, Agg: no display needed)."""
+"""Plots (matplotlib, Agg: no display needed): what every picture uses (pyplot, the
+output path check, the save beside and rename), and `sweep --plot`'s figure."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from futextrace.errors import FileProblem, UsageError
 from futextrace.output.jsonio import replace_with
-from futextrace.output.plots_contention import add_lock_wait_axis
+from futextrace.output.plots.contention import add_lock_wait_axis
 
 PLOT_SUFFIXES = (".png", ".svg")
 SCALE = 1e6   # ops/sec shown in millions

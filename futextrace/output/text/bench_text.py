@@ -1,5 +1,6 @@
 """`futextrace bench`'s lines: the workload's throughput, perf-like, the hash it
-used, and the tracer's count beside the workload's (bench/runner.py runs it)."""
+used, and the tracer's count beside the workload's (bench/runner.py runs it); `--ramp`'s warning
+when the ramp ends before its first sample."""
 from __future__ import annotations
 
 from futextrace.recording import Recording
@@ -35,3 +36,15 @@ def describe_hash(r: dict, req: str) -> str:
         return f"requested {req}, in use: unknown (this perf does not report it)"
     used = "global hash" if r["slots"] == 0 else f"{r['slots']} buckets"
     return f"requested {req}, in use: {used}"
+
+
+def ramp_warning(run: dict) -> str | None:
+    """The ramp is invisible when every thread had started by the first sample."""
+    points = run["points"]
+    threads = run["result"].get("threads")
+    if not points:
+        return "warning: the run ended before its first sample: no ramp to show (raise --runtime)"
+    if threads and points[0]["threads"] >= threads:
+        return (f"warning: all {threads} threads had started by the first sample (+{points[0]['t']:.3f} s): "
+                "the ramp ends before it is sampled; use a larger --ramp-ms or a smaller --interval-ms")
+    return None

@@ -5,15 +5,14 @@ import re
 
 from futextrace.analysis.atomic import resize_cost
 from futextrace.analysis.explain import MIN_HIST_LOOKUPS
-from futextrace.output.atomic_text import atomic_text, installed_text
+from futextrace.output.text.atomic_text import atomic_text, installed_text
 from futextrace.kernel.errnos import errno_name
-from futextrace.output.estimates import approx
-from futextrace.output.words import blind_spot_lines, count_noun
-from futextrace.record.aggregate import BUCKET_NOT_VISIBLE
-from futextrace.output.contention import contention_lines
-from futextrace.output.names_text import legend
-from futextrace.recording import (FutexDetail, FutexList, HashAtAttach, HashSummary, HistSlot, Method, Process,
-                                  Recording, Resize)
+from futextrace.output.text.estimates import approx
+from futextrace.output.text.words import blind_spot_lines, count_noun
+from futextrace.output.text.contention import contention_lines
+from futextrace.output.text.names_text import legend
+from futextrace.recording import (BUCKET_NOT_VISIBLE, FutexDetail, FutexList, HashAtAttach, HashSummary, HistSlot,
+                                  Method, Process, Recording, Resize)
 
 
 def log2_hist(rows: list[HistSlot], label: str, width: int = 40) -> list[str]:

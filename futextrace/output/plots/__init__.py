@@ -1,0 +1,1 @@
+"""The pictures (matplotlib, Agg): one module per picture, and the helpers they share."""
