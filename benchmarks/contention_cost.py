@@ -84,7 +84,7 @@ def contended(model, rounds: int, seconds: str) -> None:
     exe = Path(tempfile.mkdtemp()) / "lockpair"
     subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(REPO / "tests/host/lockpair.c")], check=True)
     sys.path.insert(0, str(REPO))
-    from tests.host.fidelity_ref import private_bucket
+    from tests.helpers.fidelity_ref import private_bucket
     a = BASE + 64
     b = next(BASE + 64 * i for i in range(2, 1000) if private_bucket(BASE + 64 * i, 15) == private_bucket(a, 15))
     argv = [str(exe), seconds, hex(a), hex(b)]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.host.test_window import STEADY_C, calls  # noqa: E402
+from tests.helpers.window import STEADY_C, calls  # noqa: E402
 
 
 def one(tree: str, exe: Path, tmp: Path, busy: bool) -> tuple[int, int, float]:

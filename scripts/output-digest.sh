@@ -90,7 +90,7 @@ done
 # bench --ramp's picture and lines, from the unit test's synthetic runs (no file holds a ramp)
 (cd "$here" && "$py" - "$out" <<'PY'
 import sys
-from tests.unit.test_ramp_plot import _doc
+from tests.helpers.ramp_samples import _doc
 from futextrace.bench.ramp import summary
 try:
     from futextrace.output.plots.ramp import plot_ramp

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployfiles import (INSTALL_DIR, REPO, containerfile_instructions, dockerignore_excludes,
+from tests.helpers.deployfiles import (INSTALL_DIR, REPO, containerfile_instructions, dockerignore_excludes,
                                      unit_environment)
 
 # The commands the RUN may use besides bootstrap.sh: link the header tree, clean up.

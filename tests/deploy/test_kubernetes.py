@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployfiles import DAEMONSET, containerfile_instructions, unit_capabilities
+from tests.helpers.deployfiles import DAEMONSET, containerfile_instructions, unit_capabilities
 
 kv = pytest.importorskip("kubernetes_validate", reason="pip install -e .[test] (kubernetes-validate)")
 yaml = pytest.importorskip("yaml")

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployfiles import (INSTALL_DIR, REPO, UNIT, unit_capabilities, unit_entries, unit_environment,
+from tests.helpers.deployfiles import (INSTALL_DIR, REPO, UNIT, unit_capabilities, unit_entries, unit_environment,
                                      unit_value)
-from tests.host.conftest import bpf_missing, programs_left, wait_until
-from tests.host.test_serve import progs_held_by
+from tests.helpers.host import bpf_missing, programs_left, wait_until
+from tests.helpers.serve import progs_held_by
 
 CAPABILITY_H = Path("/usr/include/linux/capability.h")   # linux-libc-dev, from libc6-dev
 SYSTEMD_UNITS = Path("/usr/lib/systemd/system")

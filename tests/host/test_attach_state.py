@@ -1,7 +1,7 @@
 """`record -p` and `explain -p` start from each process's hash at attach
 (issue 12), against the real kernel.
 
-Every process is started BEFORE the tracer, one per case (tests/host/holders.py),
+Every process is started BEFORE the tracer, one per case (tests/helpers/holders.py),
 and reports its own PR_FUTEX_HASH_GET_SLOTS and thread count. The what-if table
 is checked against the tests' own jhash2 (fidelity_ref.py) over the addresses
 the process itself says it used. Nothing expected comes from futextrace's formulas.
@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import fidelity_ref  # noqa: E402
-from holders import ask, one_of_each, start  # noqa: E402
+from tests.helpers import fidelity_ref
+from tests.helpers.holders import ask, one_of_each, start
+from tests.helpers.host import FT
 
 pytestmark = pytest.mark.root
-FT = [sys.executable, "-m", "futextrace.cli"]
 CLI_TIMEOUT_S = 600      # under QEMU/TCG (tests/vm) one command takes minutes
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from futextrace.bench import sweep
 from futextrace.errors import UsageError
-from tests.host.conftest import cli as run_cli
-from tests.host.conftest import needs_private_hash, one_line_error
+from tests.helpers.host import cli as run_cli
+from tests.helpers.host import needs_private_hash, one_line_error
 
 
 @pytest.fixture(scope="module")

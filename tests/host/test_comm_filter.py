@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import needs_bpf, needs_private_hash  # noqa: E402
+from tests.helpers.host import needs_bpf, needs_private_hash
+from tests.helpers.host import FT
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
-FT = [sys.executable, "-m", "futextrace.cli"]
 DATA = Path(__file__).parent.parent / "data"
 NFUTEXES = 3000
 DELAY_MS = 300   # the program waits before its calls: the exec is seen by then

@@ -29,8 +29,8 @@ import subprocess
 import pytest
 
 from futextrace.analysis.contention import MEASURABLE_MS_PER_S
-from tests.host.conftest import FT, REPO, needs_bpf, needs_private_hash
-from tests.host.fidelity_ref import private_bucket
+from tests.helpers.host import FT, REPO, needs_bpf, needs_private_hash
+from tests.helpers.fidelity_ref import private_bucket
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 
@@ -186,7 +186,8 @@ def test_serve_series(tmp_path, run):
     import os
     import re
 
-    from tests.host.test_serve import Exporter, http_get, wait_until
+    from tests.helpers.host import wait_until
+    from tests.helpers.serve import Exporter, http_get
     cc = shutil.which("cc") or shutil.which("gcc")
     exe = tmp_path / "lockpair"
     subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(REPO / "tests/host/lockpair.c")], check=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import KPROBE_PMU, VMLINUX, cli, in_vm_guest, kernel_symbols, limit, \
+from tests.helpers.host import KPROBE_PMU, VMLINUX, cli, in_vm_guest, kernel_symbols, limit, \
     needs_bpf, one_line_error
 
 pytestmark = [pytest.mark.root, needs_bpf]

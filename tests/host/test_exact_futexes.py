@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -21,9 +20,8 @@ import pytest
 
 from futextrace.workload.build import workload_path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import fidelity_ref  # noqa: E402
-from conftest import FT, kprobes_missing, limit, needs_bpf, needs_private_hash  # noqa: E402
+from tests.helpers import fidelity_ref
+from tests.helpers.host import FT, kprobes_missing, limit, needs_bpf, needs_private_hash
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 # The guests' kernels have kprobes (tests/vm): the method CI checks there. The

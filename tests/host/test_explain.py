@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from futextrace.workload.build import workload_path
-from tests.host.conftest import FT, limit
+from tests.helpers.host import FT, limit
 
 pytestmark = pytest.mark.root
 
@@ -155,9 +155,9 @@ def test_clones_that_do_not_resize(explained, inputs):
 
 
 def test_snapshot(tmp_path):
-    # Idle holders (tests/host/holders.py): a busy workload's threads would take
+    # Idle holders (tests/helpers/holders.py): a busy workload's threads would take
     # the CPU from the snapshot command under QEMU/TCG (a minute instead of seconds).
-    from tests.host.holders import start
+    from tests.helpers.holders import start
     custom, idle = start("custom", 64), subprocess.Popen(["sleep", "900"])
     try:
         out = tmp_path / "snap.json"

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.host.conftest import cli, needs_bpf, needs_private_hash, one_line_error
+from tests.helpers.host import cli, needs_bpf, needs_private_hash, one_line_error
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 # Names only the fentry method's programs (and its trial load) carry: BPF keeps 15 characters.

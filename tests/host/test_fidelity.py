@@ -16,17 +16,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import fidelity_ref  # noqa: E402
+from tests.helpers import fidelity_ref
+from tests.helpers.host import FT
 
 pytestmark = pytest.mark.root
-FT = [sys.executable, "-m", "futextrace.cli"]
 DATA = Path(__file__).parent.parent / "data"
 ITERS = 40
 PRIVATE_SLOTS = 64   # the workload's prctl(PR_FUTEX_HASH_SET_SLOTS, 64)

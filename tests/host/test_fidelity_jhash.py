@@ -5,13 +5,11 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import fidelity_ref  # noqa: E402
+from tests.helpers import fidelity_ref
 
 DATA = Path(__file__).parent.parent / "data"
 

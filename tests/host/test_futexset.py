@@ -12,18 +12,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import fidelity_ref  # noqa: E402
-from conftest import needs_bpf, needs_private_hash  # noqa: E402
+from tests.helpers import fidelity_ref
+from tests.helpers.host import needs_bpf, needs_private_hash
+from tests.helpers.host import FT
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
-FT = [sys.executable, "-m", "futextrace.cli"]
 DATA = Path(__file__).parent.parent / "data"
 NFUTEXES = 100_000
 LIST_CAPACITY = 1024

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import bpf_missing, in_vm_guest, require_kprobes
+from tests.helpers.host import bpf_missing, in_vm_guest, require_kprobes
 
 pytestmark = pytest.mark.root
 

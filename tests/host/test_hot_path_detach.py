@@ -32,7 +32,7 @@ def test_detached_runs_are_not_counted_and_counts_are_kept():
     from benchmarks.futexset import hot_path_detached
     from futextrace.kernel import model as kmodel
     from futextrace.record.recorder import Recorder, RecordOptions
-    from tests.host.test_record import check_counts     # per bucket, from the test's own jhash2
+    from tests.helpers.recordings import check_counts     # per bucket, from the test's own jhash2
     rec = Recorder(RecordOptions(method="tracepoint", announce=False), kmodel.load())
     rec.start()
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import FT, REPO, descendants, limit, needs_bpf, needs_private_hash, wait_until
+from tests.helpers.host import FT, REPO, descendants, limit, needs_bpf, needs_private_hash, wait_until
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 

@@ -18,8 +18,8 @@ import subprocess
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from tests.host.conftest import REPO, cli, needs_bpf, needs_private_hash
-from tests.host.fidelity_ref import private_bucket
+from tests.helpers.host import REPO, cli, needs_bpf, needs_private_hash
+from tests.helpers.fidelity_ref import private_bucket
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import needs_bpf, needs_private_hash, one_line_error  # noqa: E402
+from tests.helpers.host import needs_bpf, needs_private_hash, one_line_error
+from tests.helpers.host import FT
 
-FT = [sys.executable, "-m", "futextrace.cli"]
 
 
 def ft(*args, timeout=300):

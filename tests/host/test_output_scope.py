@@ -14,17 +14,15 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import needs_bpf, needs_private_hash  # noqa: E402
+from tests.helpers.host import needs_bpf, needs_private_hash
+from tests.helpers.host import FT
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
-FT = [sys.executable, "-m", "futextrace.cli"]
 DATA = Path(__file__).parent.parent / "data"
 TINY, TINY_N, BUSY_N = 40, 5, 20000
 

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.host import FT
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
               pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF")]
 
-CLI = [sys.executable, "-m", "futextrace.cli"]
 TRACING = "Tracing futex hash lookups... Hit Ctrl-C to end."
 
 # Interleaves the two streams with pauses, so each line is written on its own.
@@ -28,7 +28,7 @@ exit 7
 
 def test_command_output_passes_through_in_order(tmp_path):
     rec = tmp_path / "rec.json"
-    p = subprocess.run([*CLI, "record", "--json", str(rec), "--", "sh", "-c", SCRIPT],
+    p = subprocess.run([*FT, "record", "--json", str(rec), "--", "sh", "-c", SCRIPT],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     out, err = p.stdout.splitlines(), p.stderr.splitlines()
@@ -47,7 +47,7 @@ def test_stdout_tail_is_bounded(tmp_path):
     """Only the last 4 KiB of a long output is kept; all of it is passed on."""
     rec = tmp_path / "rec.json"
     script = "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done"
-    p = subprocess.run([*CLI, "record", "-q", "--json", str(rec), "--", "sh", "-c", script],
+    p = subprocess.run([*FT, "record", "-q", "--json", str(rec), "--", "sh", "-c", script],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [f"line-{i}" for i in range(2000)]
@@ -57,7 +57,7 @@ def test_stdout_tail_is_bounded(tmp_path):
 
 def test_attach_time_in_the_recording(tmp_path):
     rec = tmp_path / "rec.json"
-    p = subprocess.run([*CLI, "record", "-q", "--json", str(rec), "--", "true"],
+    p = subprocess.run([*FT, "record", "-q", "--json", str(rec), "--", "true"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     data = json.loads(rec.read_text())
@@ -78,7 +78,7 @@ def test_model_cache_is_used_and_equal(tmp_path):
     env = {**os.environ, "FUTEXTRACE_CACHE": str(cache)}
     for expect_cached in (False, True):
         rec = tmp_path / "rec.json"
-        p = subprocess.run([*CLI, "record", "-q", "--json", str(rec), "--", "true"],
+        p = subprocess.run([*FT, "record", "-q", "--json", str(rec), "--", "true"],
                            capture_output=True, text=True, timeout=300, env=env)
         assert p.returncode == 0, p.stderr
         assert json.loads(rec.read_text())["kernel"]["model_cached"] is expect_cached
@@ -107,7 +107,7 @@ def test_rt_priority_runs_tracer_fifo_command_normal(tmp_path):
     inherit it (SCHED_RESET_ON_FORK)."""
     probe = ("import os; print(os.sched_getscheduler(0), "
              "open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[38])")
-    p = subprocess.run([*CLI, "record", "-q", "--rt-priority", "10", "--", sys.executable, "-c", probe],
+    p = subprocess.run([*FT, "record", "-q", "--rt-priority", "10", "--", sys.executable, "-c", probe],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     own, parent = p.stdout.split()
@@ -116,7 +116,7 @@ def test_rt_priority_runs_tracer_fifo_command_normal(tmp_path):
 
 
 def test_rt_priority_out_of_range():
-    p = subprocess.run([*CLI, "record", "--rt-priority", "100", "--", "true"],
+    p = subprocess.run([*FT, "record", "--rt-priority", "100", "--", "true"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == ["futextrace: error: --rt-priority must be between 1 and 99"]
@@ -124,7 +124,7 @@ def test_rt_priority_out_of_range():
 
 def test_missing_command_fails_before_attaching():
     """A plainly missing command fails before anything is compiled or attached."""
-    p = subprocess.run([*CLI, "record", "--", "/nonexistent/cmd"], capture_output=True, text=True,
+    p = subprocess.run([*FT, "record", "--", "/nonexistent/cmd"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 4
     assert p.stderr.strip().splitlines() == [
@@ -142,7 +142,7 @@ def _start_rt_spinner() -> subprocess.Popen:
 
 
 def _record_on_cpu0(extra: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(["taskset", "-c", "0", *CLI, "record", "-q", *extra, "--", "true"],
+    return subprocess.Popen(["taskset", "-c", "0", *FT, "record", "-q", *extra, "--", "true"],
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -182,7 +182,7 @@ def test_rt_priority_attaches_beside_rt_threads():
 def test_json_on_stdout_sends_the_command_output_to_stderr():
     """`--json -`: our stdout is the recording, parseable as one JSON document;
     the command's stdout still reaches the user, on stderr, and its tail is kept."""
-    p = subprocess.run([*CLI, "record", "--json", "-", "-q", "--", "sh", "-c", SCRIPT],
+    p = subprocess.run([*FT, "record", "--json", "-", "-q", "--", "sh", "-c", SCRIPT],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     rec = json.loads(p.stdout)

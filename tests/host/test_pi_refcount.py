@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.conftest import FT, REPO, expected, kernel_symbols, limit, needs_bpf, require_kprobes
+from tests.helpers.host import FT, REPO, expected, kernel_symbols, limit, needs_bpf, require_kprobes
 
 pytestmark = [pytest.mark.root, needs_bpf]
 DATA = Path(__file__).parent.parent / "data"

@@ -17,8 +17,8 @@ import pytest
 
 from futextrace.errors import EXIT_IO, EXIT_TARGET, EXIT_USAGE
 
-from tests.host.conftest import FT as CLI
-from tests.host.conftest import descendants, needs_bpf, programs_left, prog_ids, wait_until
+from tests.helpers.host import FT as CLI
+from tests.helpers.host import descendants, needs_bpf, programs_left, prog_ids, wait_until
 
 pytestmark = [pytest.mark.root, needs_bpf]
 

@@ -15,8 +15,8 @@ import struct
 
 import pytest
 
-from tests.host.conftest import in_vm_guest, kprobes_missing
-from tests.host.test_record import ITERS, check_counts, exact_counts, ran, record_workloads
+from tests.helpers.host import in_vm_guest, kprobes_missing
+from tests.helpers.recordings import ITERS, check_counts, exact_counts, ran, record_workloads
 
 pytestmark = pytest.mark.root
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from futextrace.analysis.atomic import installed_at, pending_at
-from tests.host.conftest import cli, needs_bpf, needs_private_hash, one_line_error
+from tests.helpers.host import cli, needs_bpf, needs_private_hash, one_line_error
 
 
 pytestmark = pytest.mark.root

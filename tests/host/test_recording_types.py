@@ -1,7 +1,7 @@
 """What `futextrace record` writes on this kernel is declared by
 futextrace/recording.py: every key of a recording made with -i, a launched
 command that resizes its hash and waits on bucket locks, is walked against the
-TypedDicts (tests/unit/recording_types.py), and so is each --jsonl line."""
+TypedDicts (tests/helpers/recording_types.py), and so is each --jsonl line."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import pytest
 
 from futextrace.recording import Interval, Recording
 from futextrace.workload.build import workload_path
-from tests.host.conftest import FT, bpf_missing, limit
-from tests.unit.recording_types import problems
+from tests.helpers.host import FT, bpf_missing, limit
+from tests.helpers.recording_types import problems
 
 pytestmark = pytest.mark.root
 

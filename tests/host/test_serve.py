@@ -8,91 +8,21 @@ the counter Prometheus stored is compared with the workload's own count.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from futextrace.errors import EXIT_ENV, EXIT_USAGE
-from tests.host.conftest import wait_until
+from tests.helpers.host import wait_until
+from tests.helpers.host import FT
+from tests.helpers.serve import (PROMETHEUS, SERVE_MARKS, SLOW, Exporter, Prometheus, http_get,
+                                  prog_ids, progs_held_by)
 
-pytestmark = [pytest.mark.root,
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
-              pytest.mark.skipif(not shutil.which("bpftool"), reason="needs bpftool"),
-              pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF"),
-              pytest.mark.timeout(1200)]   # the first test also starts the exporter (minutes under TCG)
-
-CLI = [sys.executable, "-m", "futextrace.cli"]
-PROMETHEUS = shutil.which("prometheus")
-STARTUP_S = 480 if os.environ.get("FUTEXTRACE_IN_VM") else 120
-SLOW = 4 if os.environ.get("FUTEXTRACE_IN_VM") else 1   # QEMU/TCG guests: everything waits longer
-
-
-def prog_ids() -> set[int]:
-    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True,
-                         check=True).stdout
-    return {p["id"] for p in json.loads(out or "[]")}
-
-
-def progs_held_by(pid: int) -> set[int]:
-    """BPF programs the process holds a file descriptor of (fdinfo's prog_id)."""
-    ids = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fdinfo")
-    except OSError:
-        return ids
-    for fd in fds:
-        try:
-            text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-        except OSError:
-            continue
-        ids |= {int(l.split()[1]) for l in text.splitlines() if l.startswith("prog_id:")}
-    return ids
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url: str, timeout: float = 5.0) -> str | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.read().decode()
-    except OSError:
-        return None
-
-
-class Exporter:
-    def __init__(self, tmp: Path, *args: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/metrics"
-        self.err = tmp / f"serve-{self.port}.err"
-        self.proc = subprocess.Popen([*CLI, "serve", "--listen", f"127.0.0.1:{self.port}", *args],
-                                     stdout=subprocess.DEVNULL, stderr=self.err.open("w"))
-        # Compiling with BCC takes minutes in a TCG guest on a loaded host.
-        ready = wait_until(lambda: self.proc.poll() is not None or "futextrace_info" in (http_get(self.url) or ""),
-                           timeout=STARTUP_S)
-        if not (ready and self.proc.poll() is None):
-            self.proc.kill()    # a failed start must not leave an exporter attached
-            self.proc.wait()
-            raise AssertionError(self.err.read_text())
-        self.ours = progs_held_by(self.proc.pid)
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=60)
-
+pytestmark = SERVE_MARKS
 
 @pytest.fixture(scope="module")
 def exporter(tmp_path_factory):
@@ -105,38 +35,6 @@ def exporter(tmp_path_factory):
 def workload():
     from futextrace.workload.build import workload_path
     return str(workload_path())
-
-
-class Prometheus:
-    def __init__(self, tmp: Path, target_port: int):
-        self.port = free_port()
-        cfg = tmp / "prometheus.yml"
-        cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-                       "scrape_configs:\n  - job_name: futextrace\n    static_configs:\n"
-                       f"      - targets: ['127.0.0.1:{target_port}']\n")
-        self.log = tmp / "prometheus.log"
-        self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=subprocess.DEVNULL, stderr=self.log.open("w"))
-        ready = wait_until(lambda: self.proc.poll() is not None or
-                           http_get(f"http://127.0.0.1:{self.port}/-/ready") is not None, timeout=60 * SLOW)
-        assert ready and self.proc.poll() is None, self.log.read_text()[-2000:]
-
-    def query(self, promql: str) -> list[dict]:
-        q = urllib.parse.urlencode({"query": promql})
-        body = http_get(f"http://127.0.0.1:{self.port}/api/v1/query?{q}")
-        data = json.loads(body) if body else {"status": "unreachable"}
-        assert data["status"] == "success", data
-        return data["data"]["result"]
-
-    def value(self, promql: str) -> float | None:
-        r = self.query(promql)
-        return float(r[0]["value"][1]) if r else None
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +117,7 @@ def test_slow_and_aborted_scrapes_do_not_hurt(exporter):
 ])
 def test_bad_listen_one_line_error(listen, code, words, exporter):
     listen = f"127.0.0.1:{exporter.port}" if listen == "IN_USE" else listen
-    p = subprocess.Popen([*CLI, "serve", "--listen", listen], stdout=subprocess.PIPE,
+    p = subprocess.Popen([*FT, "serve", "--listen", listen], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     loaded = set()
     while p.poll() is None:   # the address is checked before anything is loaded
@@ -230,7 +128,7 @@ def test_bad_listen_one_line_error(listen, code, words, exporter):
     assert p.returncode == code, err
     assert len(lines) == 1 and lines[0].startswith("futextrace: error: ") and words in lines[0], err
     assert not loaded, f"programs loaded before the address was checked: {sorted(loaded)}"
-    assert f"  {code}  " in subprocess.run([*CLI, "serve", "--help"], capture_output=True, text=True).stdout
+    assert f"  {code}  " in subprocess.run([*FT, "serve", "--help"], capture_output=True, text=True).stdout
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)

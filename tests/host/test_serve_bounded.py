@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.host.conftest import wait_until
-from tests.host.test_serve import SLOW, Exporter, http_get
+from tests.helpers.host import wait_until
+from tests.helpers.serve import SLOW, Exporter, http_get
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),

@@ -15,8 +15,10 @@ import urllib.request
 
 import pytest
 
-from tests.host.conftest import wait_until
-from tests.host.test_serve import PROMETHEUS, SLOW, Exporter, Prometheus, pytestmark  # noqa: F401
+from tests.helpers.host import wait_until
+from tests.helpers.serve import PROMETHEUS, SERVE_MARKS, SLOW, Exporter, Prometheus  # noqa: F401
+
+pytestmark = SERVE_MARKS
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from futextrace.workload.build import workload_path
-from tests.host.conftest import FT, REPO, needs_bpf, needs_private_hash, one_line_error
+from tests.helpers.host import FT, REPO, needs_bpf, needs_private_hash, one_line_error
 pytestmark = [needs_private_hash,
               pytest.mark.skipif(os.geteuid() != 0, reason="ptrace of another user's process needs root"),
               pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 only")]

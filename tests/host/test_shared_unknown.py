@@ -12,16 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import KPROBE_PMU, needs_bpf, needs_private_hash  # noqa: E402
+from tests.helpers.host import FT, KPROBE_PMU, needs_bpf, needs_private_hash
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash,
               pytest.mark.skipif(KPROBE_PMU.is_dir(), reason="the tracepoint method is not the default here")]
-FT = [sys.executable, "-m", "futextrace.cli"]
 NA = "n/a (shared futexes: bucket not visible with this method)"
 WORKLOAD = r"""
 import ctypes, json, os, sys, time

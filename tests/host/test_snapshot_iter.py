@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from holders import one_of_each, start  # noqa: E402
+from tests.helpers.holders import one_of_each, start
+from tests.helpers.host import FT
 
 pytestmark = pytest.mark.root
-FT = [sys.executable, "-m", "futextrace.cli"]
 # Under QEMU/TCG (tests/vm) one command takes minutes (kernel model, BCC compile).
 CLI_TIMEOUT_S = 600
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import FT, limit, needs_bpf, needs_private_hash  # noqa: E402
+from tests.helpers.host import FT, limit, needs_bpf, needs_private_hash
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 DATA = Path(__file__).parent.parent / "data"

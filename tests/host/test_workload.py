@@ -12,7 +12,7 @@ import time
 import pytest
 
 from futextrace.workload import build
-from tests.host.conftest import needs_private_hash
+from tests.helpers.host import needs_private_hash
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,11 @@
 """analysis/contention.py, and its advice in words (output/text/explain_advice.py), on
 hand-made lock_waits rows (no BPF, no root). Buckets and sizes are checked with
-the tests' own jhash2 (tests/host/fidelity_ref.py)."""
+the tests' own jhash2 (tests/helpers/fidelity_ref.py)."""
 from __future__ import annotations
 
 from futextrace.analysis import contention as C
 from futextrace.output.text.explain_advice import advice_words
-from tests.host.fidelity_ref import private_bucket
+from tests.helpers.fidelity_ref import private_bucket
 
 BASE = 0x7E0000000000
 

@@ -1,7 +1,6 @@
 """explain and snapshot (procs/hashrows.py, snapshot/hashwatch.py) on recorded and hand-made timelines (no BPF, no root)."""
 import functools
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,7 @@ from futextrace.procs import hashrows
 from futextrace.snapshot import hashwatch
 from futextrace.analysis.timeline import build_timeline
 
-sys.path.insert(0, str(Path(__file__).parent))
-from events import event  # noqa: E402
+from tests.helpers.events import event
 
 _ev = functools.partial(event, nr_threads=1)
 

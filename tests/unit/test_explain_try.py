@@ -9,7 +9,7 @@ from pathlib import Path
 from futextrace.analysis import contention as C
 from futextrace.output.text import explain_text as T
 from futextrace.output.text.explain_advice import try_commands
-from tests.host.fidelity_ref import private_bucket
+from tests.helpers.fidelity_ref import private_bucket
 
 DATA = Path(__file__).parent.parent / "data"
 BASE = 0x7E0000000000

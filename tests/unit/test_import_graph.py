@@ -3,21 +3,10 @@ modules, and no import of a futextrace module hidden inside a function, save
 the few listed with a reason (matplotlib, for pictures only)."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "import-cycles.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("import_cycles", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from tests.helpers.importgraph import ROOT, SCRIPT, load_script
 
 def test_tree_has_no_cycle_and_no_hidden_import():
     r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)

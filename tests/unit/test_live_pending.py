@@ -1,15 +1,12 @@
 """The live view's installed and pending hash, from hand-made event streams
 (tracepoint method, inferred SET_SLOTS results). No BPF, no root."""
 import functools
-import sys
-from pathlib import Path
 
 from futextrace.analysis.timeline import build_timeline
 from futextrace.output.text import live_text
 from futextrace.record import live
 
-sys.path.insert(0, str(Path(__file__).parent))
-from events import event  # noqa: E402
+from tests.helpers.events import event
 
 ev = functools.partial(event, nr_threads=3)
 

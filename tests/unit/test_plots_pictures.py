@@ -1,7 +1,6 @@
 """Every picture of a recording, for synthetic recordings with 1, 5 and 40
 processes, no resize, one and several, at 2 and 128 CPUs: asserted on what the
 figure holds (texts, artists, limits), never on pixels."""
-import itertools
 
 import pytest
 
@@ -15,47 +14,11 @@ from futextrace.output.plots.heatmap import figure_heatmap  # noqa: E402
 from futextrace.output.plots.rates import figure_rates  # noqa: E402
 from futextrace.output.plots.resizes import figure_resizes  # noqa: E402
 from futextrace.output.plots.whatif import figure_whatif  # noqa: E402
-from tests.unit import synthetic  # noqa: E402
+from tests.helpers import synthetic  # noqa: E402
+from tests.helpers.pictures import _texts, assert_no_overlap
 
 SHAPES = [(1, 2, 0), (5, 2, 1), (40, 128, 3), (5, 128, 0), (40, 2, 1)]
 ID = "{}proc-{}cpu-{}resize".format
-
-
-def _texts(fig):
-    """Every visible, non-empty text in the figure with its box on the canvas; of
-    the tick labels only those matplotlib draws (inside the view limits)."""
-    from matplotlib.axis import Tick
-    from matplotlib.text import Text
-    fig.canvas.draw()
-    r = fig.canvas.get_renderer()
-    ticks = [t for t in fig.findobj(Tick)]
-    tick_labels = {id(lab) for t in ticks for lab in (t.label1, t.label2)}
-    shown = []
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            lo, hi = sorted(axis.get_view_interval())
-            span = (hi - lo) * 1e-9
-            shown += [lab for t in axis.get_major_ticks() + axis.get_minor_ticks()
-                      if lo - span <= t.get_loc() <= hi + span for lab in (t.label1, t.label2)]
-    others = [t for t in fig.findobj(Text) if id(t) not in tick_labels]
-    out, seen = [], set()
-    for t in others + shown:
-        if id(t) in seen or not (t.get_visible() and t.get_text().strip()):
-            continue
-        seen.add(id(t))
-        if t.axes is not None and not t.axes.get_visible():
-            continue
-        box = t.get_window_extent(r)
-        if box.width > 0 and box.height > 0:
-            out.append((t.get_text(), box))
-    return out
-
-
-def assert_no_overlap(fig):
-    texts = _texts(fig)
-    assert texts
-    clash = [(a, b) for (a, ba), (b, bb) in itertools.combinations(texts, 2) if ba.overlaps(bb)]
-    assert not clash, clash[:5]
 
 
 def _close(fig):

@@ -1,7 +1,7 @@
 """futextrace/recording.py declares every key a recording holds: the recorded
 fixtures (tests/data/recording-*.json, made by `futextrace record`) and the
 pictures' synthetic recordings are walked key by key against its TypedDicts
-(tests/unit/recording_types.py, written for the test), and an undeclared key,
+(tests/helpers/recording_types.py, written for the test), and an undeclared key,
 a missing required key or a value of another type is found."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from futextrace.recording import Recording
-from tests.unit import synthetic
-from tests.unit.recording_types import problems
+from tests.helpers import synthetic
+from tests.helpers.recording_types import problems
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURES = sorted(DATA.glob("recording-*.json"))
@@ -84,7 +84,7 @@ def test_built_recording_is_declared(seen):
 
 def test_the_types_import_nothing_from_futextrace():
     """Every layer (kernel to commands) may import futextrace.recording: it sits below them all."""
-    from tests.unit.test_import_graph import load_script
+    from tests.helpers.importgraph import load_script
     edges, _ = load_script().graph()
     assert edges["futextrace.recording"] == set()
     users = {m for m, ts in edges.items() if "futextrace.recording" in ts}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.unit import browser, synthetic
+from tests.helpers import browser, synthetic
 
 pytestmark = pytest.mark.skipif(browser.chromium() is None, reason="chromium not installed "
                                 "(scripts/bootstrap.sh --vm installs it)")
@@ -23,7 +23,7 @@ PROBE = """JSON.stringify({
 
 @pytest.mark.parametrize("procs, cpus, resizes", [(1, 2, 0), (40, 128, 3)])
 def test_html_report_in_chromium(tmp_path, procs, cpus, resizes):
-    from tests.unit.test_report import _cli
+    from tests.helpers.host import cli as _cli
     rec = synthetic.recording(procs, cpus, resizes)
     rec["host"] = "build-host-7"
     rec["method"]["blind_spots"] = ["a caveat long enough to need wrapping " * 12]

@@ -1,14 +1,11 @@
 """The timeline and explain starting from the hash read at attach (hash_at_attach),
 on hand-made event streams. No BPF, no root. Expected values are written out by
 hand from the kernel's rules, not computed with futextrace's formulas."""
-import sys
-from pathlib import Path
 
 from futextrace.output.text import explain_text as T
 from futextrace.analysis.timeline import build_timeline
 
-sys.path.insert(0, str(Path(__file__).parent))
-from events import event as ev  # noqa: E402
+from tests.helpers.events import event as ev
 
 SET_SLOTS, THREAD = 1, 0x3D0F00          # THREAD: glibc pthread_create's clone flags
 KERNEL = {"online_cpus": [0, 1], "global_hash": {"buckets_per_node": 512}, "clone_rule": "vm"}

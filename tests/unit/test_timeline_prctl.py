@@ -1,15 +1,12 @@
 """Inferred PR_FUTEX_HASH_SET_SLOTS results (tracepoint method without
 --exact-prctl), on hand-made event streams. No BPF, no root."""
 import errno
-import sys
-from pathlib import Path
 
 import pytest
 
 from futextrace.analysis.timeline import build_timeline
 
-sys.path.insert(0, str(Path(__file__).parent))
-from events import event as ev  # noqa: E402
+from tests.helpers.events import event as ev
 
 SET_SLOTS, GET_SLOTS = 1, 2
 KERNEL = {"online_cpus": [0, 1], "global_hash": {"buckets_per_node": 512}}

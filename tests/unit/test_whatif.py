@@ -1,15 +1,10 @@
 """The what-if table (analysis/whatif.py) against the tests' own jhash2
-(tests/host/fidelity_ref.py, written for the tests from include/linux/jhash.h)."""
-import importlib.util
+(tests/helpers/fidelity_ref.py, written for the tests from include/linux/jhash.h)."""
 from collections import Counter
-from pathlib import Path
 
 from futextrace.analysis import whatif
 from futextrace.output.text.whatif_text import worded_table
-
-_spec = importlib.util.spec_from_file_location("fidelity_ref", Path(__file__).parents[1] / "host" / "fidelity_ref.py")
-ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ref)
+from tests.helpers import fidelity_ref as ref
 
 # Addresses like a program's: a few pages, 4- and 8-byte aligned, some in the same page.
 ADDRS = [0x7F00_1234_5000 + 0x40 * i for i in range(40)] + [0x5600_0000_0000 + 0x1000 * i + 8 for i in range(40)]

@@ -1,14 +1,9 @@
 """Synthetic recordings for the picture tests: N processes, C CPUs on one or more
 NUMA nodes, 0, 1 or several resizes. Buckets of listed futexes come from the
-tests' own jhash2 (tests/host/fidelity_ref.py), not from the module under test."""
+tests' own jhash2 (tests/helpers/fidelity_ref.py), not from the module under test."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-_spec = importlib.util.spec_from_file_location("fidelity_ref", Path(__file__).parents[1] / "host" / "fidelity_ref.py")
-ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ref)
+from tests.helpers import fidelity_ref as ref
 
 HOT_ADDR = 0x7F00_1234_5000          # the busiest process's hot futex
 BUSY_BUCKETS = 64
