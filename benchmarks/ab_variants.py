@@ -48,7 +48,7 @@ def build(model, variant: Path | None):
         text = read("trace_tp.bpf.c")
         for header in loader.HOT_PATH_HEADERS:
             text = text.replace(f'#include "{header}"', read(header), 1)
-        return text + "\n" + read("contention.h")
+        return text + "\n" + read("lock_waits.h")
     loader.source_for = source_variant
     try:
         return loader.Program(model, "tracepoint")

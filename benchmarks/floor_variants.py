@@ -42,7 +42,7 @@ def write_variant(out: Path, name: str) -> None:
     target, anchor, insert = CUTS[name]
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
-    for f in (*HOT_PATH_HEADERS, "contention.h", "trace_tp.bpf.c"):
+    for f in (*HOT_PATH_HEADERS, "lock_waits.h", "trace_tp.bpf.c"):
         text = (BPF / f).read_text()
         if f == target:
             if text.count(anchor) != 1:

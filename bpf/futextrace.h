@@ -188,7 +188,7 @@ struct ft_iter_task {
 	char comm[16];        /* the leader's (or the writing thread's) comm */
 };
 
-/* Bucket-lock contention (bpf/contention.h): waits on a private-hash bucket's
+/* Bucket-lock contention (bpf/lock_waits.h): waits on a private-hash bucket's
  * hb->lock, from lock:contention_begin/end, per (process, hash size, bucket,
  * waiting futex). The waiter's futex is the syscall argument whose bucket is
  * the lock's bucket; 0 when none is (futex_waitv beyond its first entries,

@@ -11,7 +11,7 @@ grew to 32 compares its 32 with the other side's busiest private hash).
 from __future__ import annotations
 
 from futextrace.analysis import compare_side as side
-from futextrace.analysis.contention import measured
+from futextrace.analysis.lockwaits import measured
 from futextrace.recording import Process, Recording
 
 SCHEMA = "futextrace-diff"

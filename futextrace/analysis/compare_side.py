@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from futextrace.analysis.contention import CAUSES, measured
+from futextrace.analysis.lockwaits import CAUSES, measured
 from futextrace.recording import HashSummary, Process, Recording
 
 GLOBAL_KINDS = ("global", "global_numa", "global_shared")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 
-from futextrace.analysis import contention, whatif
+from futextrace.analysis import lockwaits, whatif
 from futextrace.analysis.atomic import process_cost
 from futextrace.analysis.steps import PrctlReason, Step
 from futextrace.kernel.constants import CLONE_THREAD, CLONE_VFORK, CLONE_VM
@@ -315,13 +315,13 @@ def _whatif(pid: int, rec: Recording) -> dict | None:
 
 def _advice(pid: int, rec: Recording, st: _State, cur: int) -> dict:
     """{verdict, slots, ...}: from the bucket-lock waits the recording measured
-    (analysis/contention.py), never from the lookup spread alone; verdict
+    (analysis/lockwaits.py), never from the lookup spread alone; verdict
     global_chosen or not_measured before any wait is read."""
     if st.global_chosen:
         return {"verdict": "global_chosen", "slots": None}
-    if not contention.measured(rec):
+    if not lockwaits.measured(rec):
         return {"verdict": "not_measured", "slots": None}
-    return contention.advice(pid, rec, cur or st.buckets or 0)   # lookups only on the global hash: the final hash
+    return lockwaits.advice(pid, rec, cur or st.buckets or 0)   # lookups only on the global hash: the final hash
 
 
 COLLIDING_BUCKETS = 3   # buckets whose sharing futexes explain lists

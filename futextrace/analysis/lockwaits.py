@@ -1,7 +1,7 @@
 """Bucket-lock contention: the recording's `contention` section and the advice
 that rests on it.
 
-The BPF side (bpf/contention.h) gives one row per (process, hash size,
+The BPF side (bpf/lock_waits.h) gives one row per (process, hash size,
 bucket, waiting futex) with wait count, total and longest wait. A bucket's
 waits in the window are:
 
@@ -45,7 +45,7 @@ def cause_of(futexes: set[int]) -> str:
 
 class WaitBook:
     """Bucket-lock waits as they grow: fed the lock_waits map's cumulative rows
-    (bpf/contention.h) again and again, it returns each bucket's new waits since the
+    (bpf/lock_waits.h) again and again, it returns each bucket's new waits since the
     last feed, with the cause its futexes give it so far (`record -i` per interval,
     `serve` per scrape). High-water marks per row, so nothing is counted twice."""
 

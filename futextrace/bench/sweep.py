@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from futextrace.analysis.contention import process_figures
+from futextrace.analysis.lockwaits import process_figures
 from futextrace.bench import runner as bench
 from futextrace.bench.runner import AUTO, GLOBAL, WorkloadOptions
 from futextrace.errors import UsageError

@@ -1,7 +1,7 @@
 """Bucket-lock wait series for `serve`: futextrace_bucket_lock_wait_seconds_total
 and futextrace_bucket_lock_waits_total, labelled pid, comm, cause.
 
-Each read takes the lock_waits map's cumulative rows (bpf/contention.h) and
+Each read takes the lock_waits map's cumulative rows (bpf/lock_waits.h) and
 adds every bucket's new waits to one cause: `collision` once two or more
 distinct futexes have waited on that bucket since the exporter started,
 `same_futex` while one has, `unknown` while none could be named. Each delta
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily
 
-from futextrace.analysis.contention import CAUSES, WaitBook
+from futextrace.analysis.lockwaits import CAUSES, WaitBook
 from futextrace.export.series import OTHER
 
 

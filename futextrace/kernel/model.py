@@ -57,7 +57,7 @@ OFFSETS = {
     "futex_private_hash.queues": ("futex_private_hash", ["queues"]),
     "futex_hash_bucket.priv": ("futex_hash_bucket", ["priv"]),
     # hb->lock: lock:contention_begin reports its address (raw_lock, or RT's
-    # rt_mutex, is spinlock_t's first member in every config; contention.h).
+    # rt_mutex, is spinlock_t's first member in every config; lock_waits.h).
     "futex_hash_bucket.lock": ("futex_hash_bucket", ["lock"]),
     "futex_bucket_ref.hb": ("futex_bucket_ref", ["hb"]),
     "futex_bucket_ref.fph": ("futex_bucket_ref", ["fph"]),
@@ -69,7 +69,7 @@ for _r in ("di", "si", "dx", "r10", "r8", "r9", "ax", "orig_ax"):
     OFFSETS[f"pt_regs.{_r}"] = ("pt_regs", [_r])
 
 # Tracepoints attached as tp_btf: sys_enter (tracepoint method), the lock
-# contention pair (every method, bpf/contention.h).
+# contention pair (every method, bpf/lock_waits.h).
 TP_BTF = ["sys_enter", "contention_begin", "contention_end"]
 ITERATORS = ["task"]     # BPF iterators (BTF func bpf_iter_<name>) snapshot reads
 # Functions the fentry method may attach to (loading/fentry.py): their BTF FUNC ids.

@@ -16,9 +16,9 @@ from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
 from futextrace.kernel.layout import bpf_dir, header_text
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
-from futextrace.loading import contention, fentry, kprobes, preconditions, tpbtf
+from futextrace.loading import lockwaits, fentry, kprobes, preconditions, tpbtf
 from futextrace.loading.bpfsys import prog_stats
-from futextrace.loading.contention import contention_macros
+from futextrace.loading.lockwaits import lockwait_macros
 from futextrace.loading.kprobes import attach_kprobes
 from futextrace.loading.progcache import compile_program
 
@@ -206,7 +206,7 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
     off.update(_size_macros(max_futexes, ncpu_ids or nr_cpu_ids()))
-    flags = [f"-D{k}={v}" for k, v in {**off, **contention_macros(model)}.items()]
+    flags = [f"-D{k}={v}" for k, v in {**off, **lockwait_macros(model)}.items()]
     flags += filter_cflags(method, filters)
     flags += _method_cflags(model, method)
     flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
@@ -252,7 +252,7 @@ def source_for(method: str) -> str:
     text = (bpf_dir() / name).read_text()
     for header in HOT_PATH_HEADERS:
         text = text.replace(f'#include "{header}"', (bpf_dir() / header).read_text(), 1)
-    return text + "\n" + (bpf_dir() / "contention.h").read_text()   # every method: bucket-lock waits
+    return text + "\n" + (bpf_dir() / "lock_waits.h").read_text()   # every method: bucket-lock waits
 
 
 def sys_enter_btf_id(model) -> int | None:
@@ -419,14 +419,14 @@ class Program:
         return self._attach_syscall_hooks(BPF)
 
     def _attach_contention(self, model) -> str:
-        """lock:contention_begin/end for bucket-lock waits (loading/contention.py);
+        """lock:contention_begin/end for bucket-lock waits (loading/lockwaits.py);
         where they cannot be attached the recording goes on without them.
         Returns how they are attached, or why not."""
-        why_not = contention.supported(model)
+        why_not = lockwaits.supported(model)
         if why_not:
             return why_not
         try:
-            probes, self.contention_fallback, self.contention_fds = contention.attach(
+            probes, self.contention_fallback, self.contention_fds = lockwaits.attach(
                 self._bpf, model, self._tp_btf)
         except KernelRefused as e:
             return str(e)

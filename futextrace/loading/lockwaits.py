@@ -1,4 +1,4 @@
-"""Load, attach and read the bucket-lock contention programs (bpf/contention.h).
+"""Load, attach and read the bucket-lock contention programs (bpf/lock_waits.h).
 
 lock:contention_begin/end are hooked as tp_btf where the kernel takes them
 (BPF_PROG_TYPE_TRACING: arguments as plain loads, the same attach path as
@@ -20,7 +20,7 @@ LOCK_WAITS_MAX = 16384
 TRACEPOINTS = ("contention_begin", "contention_end")
 
 
-def contention_macros(model) -> dict[str, int]:
+def lockwait_macros(model) -> dict[str, int]:
     """-D macros: where hb->lock sits in a bucket, the map's size."""
     off = model.offsets.get("futex_hash_bucket.lock")
     return {"OFF_HB_LOCK": int(off) if off is not None else 0, "LOCK_WAITS_MAX": LOCK_WAITS_MAX}

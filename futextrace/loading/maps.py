@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from futextrace.kernel.layout import COUNTER, KIND
-from futextrace.loading import contention, exact
+from futextrace.loading import lockwaits, exact
 from futextrace.loading.batchread import batch_futex_map
 from futextrace.loading.loader import SEEN_K, SEEN_WORDS_PER_KEY
 
@@ -174,17 +174,17 @@ class MapReader:
         return missed + (_kprobe_profile_misses(f"_bcc_{os.getpid()}") if kprobes else 0)
 
     def lock_waits(self) -> dict:
-        """The bucket-lock waits' part of the dump (loading/contention.py)."""
-        return contention.dump(self.program)
+        """The bucket-lock waits' part of the dump (loading/lockwaits.py)."""
+        return lockwaits.dump(self.program)
 
     def lock_wait_rows(self) -> list[dict]:
         """The lock_waits map's rows ([] where the lock tracepoints are not attached)."""
-        return contention.read_waits(self.program.bpf) if contention.attached(self.program) else []
+        return lockwaits.read_waits(self.program.bpf) if lockwaits.attached(self.program) else []
 
     def delete_lock_waits(self, tgids: set[int]) -> None:
         """Drop these processes' lock_waits entries (serve's forgotten processes)."""
-        if contention.attached(self.program):
-            contention.delete_waits(self.program.bpf, tgids)
+        if lockwaits.attached(self.program):
+            lockwaits.delete_waits(self.program.bpf, tgids)
 
 
 def futex_entry(k, per_cpu_vals) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from futextrace.loading.loader import BLIND_SPOTS, PRCTL_INFERRED
 from futextrace.procs import targets
 from futextrace.record.aggregate import KIND_NAMES, build_recording
-from futextrace.record.lockwaits import contention_section
+from futextrace.record.lockwaits import lockwaits_section
 from futextrace.recording import Recording
 
 
@@ -58,7 +58,7 @@ def recording(session, reader, duration: float, intervals: list[dict] | None = N
         session.comms.setdefault(pid, targets.comm_label(pid))
     raw["hash_at_attach"] = session.attach_state
     rec = build_recording(raw, kernel, method, duration, session.started_at, session.comms)
-    rec["contention"] = contention_section(raw, duration, session.comms)
+    rec["contention"] = lockwaits_section(raw, duration, session.comms)
     # Only private-hash bucket locks are traced: with no private lookup, a wait count is unknown, not 0.
     rec["contention"]["private_lookups"] = rec["totals"]["private"]
     rec["totals"]["thread_events_dropped"] = session.thread_events_dropped

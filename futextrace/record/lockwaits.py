@@ -1,14 +1,14 @@
 """The bucket-lock waits of a recording: the map reader's dump of them
-(loading/maps.py, loading/contention.py) turned into the recording's
-`contention` section (analysis/contention.py)."""
+(loading/maps.py, loading/lockwaits.py) turned into the recording's
+`contention` section (analysis/lockwaits.py)."""
 from __future__ import annotations
 
-from futextrace.analysis.contention import section
+from futextrace.analysis.lockwaits import section
 from futextrace.procs import targets
 from futextrace.recording import Contention
 
 
-def contention_section(raw: dict, duration_s: float, comms: dict[int, str]) -> Contention:
+def lockwaits_section(raw: dict, duration_s: float, comms: dict[int, str]) -> Contention:
     rows = raw.get("lock_waits", [])
     names = dict(comms)
     for tgid in {r["tgid"] for r in rows} - set(names):

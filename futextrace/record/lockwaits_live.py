@@ -1,10 +1,10 @@
 """Bucket-lock waits in the live view (`record -i`): per interval, wait time
 per second in all, by cause and per process, and the buckets that waited most.
-The cause of a bucket is as in the recording (analysis/contention.py), over
+The cause of a bucket is as in the recording (analysis/lockwaits.py), over
 everything seen since the start: collision once two futexes have waited on it."""
 from __future__ import annotations
 
-from futextrace.analysis.contention import CAUSES, WaitBook
+from futextrace.analysis.lockwaits import CAUSES, WaitBook
 from futextrace.kernel.sizing import buckets_of
 
 TOP_BUCKETS = 3

@@ -18,7 +18,7 @@ from futextrace.naming.recorded import name_processes
 from futextrace.procs import procevents, targets
 from futextrace.record import assemble, attachstate, filternotes, startup
 from futextrace.record.live import IntervalReporter
-from futextrace.record.livewaits import IntervalWaits
+from futextrace.record.lockwaits_live import IntervalWaits
 from futextrace.record.session import RecordOptions, TraceSession
 
 
@@ -40,7 +40,7 @@ class Recorder:
         self.reader: MapReader | None = None
         outputs = outputs or RecordOutputs()
         self.live = IntervalReporter(outputs.live_out, outputs.jsonl, opts.timestamps)
-        self.lock_deltas = IntervalWaits()  # bucket-lock waits per interval (record/livewaits.py)
+        self.lock_deltas = IntervalWaits()  # bucket-lock waits per interval (record/lockwaits_live.py)
         self.names = NameCapture()          # the processes' memory maps, read while they live
         self._events_named = 0              # session.events already handed to names.tick
 

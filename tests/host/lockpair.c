@@ -1,5 +1,5 @@
 /*
- * Bucket-lock contention workload for tests/host/test_contention.py.
+ * Bucket-lock contention workload for tests/host/test_lockwaits.py.
  *
  *   lockpair SECONDS ADDR_A ADDR_B [storm]
  *

@@ -6,7 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
-from futextrace.analysis import contention as C
+from futextrace.analysis import lockwaits as C
 from futextrace.output.text import explain_text as T
 from futextrace.output.text.explain_advice import try_commands
 from tests.helpers.fidelity_ref import private_bucket

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from futextrace.output.text import explain_text as T
-from futextrace.output.text.contention import contention_lines
+from futextrace.output.text.lockwaits_text import lockwait_lines
 from futextrace.output.text.names_text import LEGEND_MAX, name_text, short_name
 from futextrace.output.text.render import render_text
 
@@ -67,8 +67,8 @@ def test_the_lock_wait_table_names_the_waiting_futexes():
                                                  {"uaddr": "0x20", "waits": 1, "wait_ns": 1000}]}]}]}
     names = {7: {"0x10": {"mapping": "/opt/myapp", "kind": "file", "section": ".data", "symbol": "orders_mutex",
                           "offset": 0, "why_unknown": None}}}
-    plain = "\n".join(contention_lines(c))
-    text = "\n".join(contention_lines(c, names=names))
+    plain = "\n".join(lockwait_lines(c))
+    text = "\n".join(lockwait_lines(c, names=names))
     assert "0x10 (2), 0x20 (1)" in plain
     assert "0x10 orders_mutex (2), 0x20 (1)" in text
 

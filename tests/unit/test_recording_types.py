@@ -89,6 +89,6 @@ def test_the_types_import_nothing_from_futextrace():
     assert edges["futextrace.recording"] == set()
     users = {m for m, ts in edges.items() if "futextrace.recording" in ts}
     for module in ("futextrace.record.aggregate", "futextrace.output.jsonio", "futextrace.output.report",
-                   "futextrace.output.text.render", "futextrace.output.text.contention", "futextrace.output.report_html",
+                   "futextrace.output.text.render", "futextrace.output.text.lockwaits_text", "futextrace.output.report_html",
                    "futextrace.output.plots.recording", "futextrace.export.reading"):
         assert module in users, module

@@ -61,7 +61,7 @@ echo $rc > {out}/status.tmp && mv {out}/status.tmp {out}/status
 # Everything under QEMU/TCG is slow; FUTEXTRACE_VM_TESTS=tests/host runs all.
 GUEST_TESTS = ("tests/host/test_guest_smoke.py tests/host/test_doctor.py tests/host/test_record.py "
                "tests/host/test_explain.py tests/host/test_fidelity.py tests/host/test_pi_refcount.py "
-               "tests/host/test_attach_state.py tests/host/test_progcache.py tests/host/test_contention.py "
+               "tests/host/test_attach_state.py tests/host/test_progcache.py tests/host/test_lockwaits.py "
                "tests/host/test_migrate.py tests/host/test_exact_futexes.py")
 GUEST_TESTS += " tests/host/test_serve_guest.py" if os.environ.get("FUTEXTRACE_VM_SERVE") else ""  # opt-in
 
@@ -70,7 +70,7 @@ GUEST_TESTS += " tests/host/test_serve_guest.py" if os.environ.get("FUTEXTRACE_V
 # in a guest each costs tens of seconds of BCC compiles under TCG (57 s for the
 # second doctor run alone, 6.18 guest). FUTEXTRACE_VM_TESTS given: nothing left out.
 GUEST_DESELECT = ("tests/host/test_doctor.py::test_json_file_beside_the_text",
-                  "tests/host/test_contention.py::test_serve_series",   # the exporter's start: minutes under TCG
+                  "tests/host/test_lockwaits.py::test_serve_series",   # the exporter's start: minutes under TCG
                   "tests/host/test_doctor.py::test_btf_missing_file",
                   "tests/host/test_doctor.py::test_btf_not_btf",
                   "tests/host/test_doctor.py::test_not_root_is_one_line",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from futextrace.errors import FileProblem, UsageError
 from futextrace.output.jsonio import replace_with
-from futextrace.output.plots.contention import add_lock_wait_axis
+from futextrace.output.plots.lockwaits_sweep import add_lock_wait_axis
 
 PLOT_SUFFIXES = (".png", ".svg")
 SCALE = 1e6   # ops/sec shown in millions

@@ -4,7 +4,7 @@ more futexes waited on that bucket's lock; same futex: one did). Drawn only when
 the recording measured lock waits (its `contention` section says attached)."""
 from __future__ import annotations
 
-from futextrace.analysis.contention import measured
+from futextrace.analysis.lockwaits import measured
 from futextrace.recording import HashSummary, Process, Recording
 
 CAUSE_COLOURS = {"collision": "tab:red", "same_futex": "tab:blue", "unknown": "0.55"}

@@ -3,7 +3,7 @@ process pair. "-" is a figure a recording does not have; "±?" a figure whose
 noise the recording does not know (it is never guessed)."""
 from __future__ import annotations
 
-from futextrace.analysis.contention import CAUSES
+from futextrace.analysis.lockwaits import CAUSES
 
 MATCH_WORDS = {"pid": "matched by pid", "comm": "matched by command name; the pids differ",
                "only_a": "only in A", "only_b": "only in B"}

@@ -1,10 +1,10 @@
 """explain's recommendation in words: what was measured and what a size would
-change (analysis/explain.py `recommend` and analysis/contention.py `advice` decide)."""
+change (analysis/explain.py `recommend` and analysis/lockwaits.py `advice` decide)."""
 from __future__ import annotations
 
 import shlex
 
-from futextrace.analysis.contention import MAX_SLOTS, MEASURABLE_MS_PER_S
+from futextrace.analysis.lockwaits import MAX_SLOTS, MEASURABLE_MS_PER_S
 from futextrace.output.text.names_text import name_text
 from futextrace.output.text.whatif_text import worded_table
 from futextrace.recording import BUCKET_NOT_VISIBLE
@@ -50,7 +50,7 @@ def _wait_effect(adv: dict) -> str:
 
 
 def advice_words(adv: dict) -> dict:
-    """{slots, c_line, measured, effect} of an advice (analysis.contention.advice, or
+    """{slots, c_line, measured, effect} of an advice (analysis.lockwaits.advice, or
     explain's verdicts before it): the C line to set the size, what the waits were."""
     c_line = f"prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, {adv['slots']}, 0);" if adv["slots"] else None
     if adv["verdict"] in ADVICE:

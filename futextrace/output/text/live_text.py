@@ -1,6 +1,6 @@
 """The live view of `record -i` in words: one interval's totals line, the
 busiest processes as a table like top's, and the bucket-lock waits
-(record/live.py and record/livewaits.py compute the row)."""
+(record/live.py and record/lockwaits_live.py compute the row)."""
 from __future__ import annotations
 
 import time

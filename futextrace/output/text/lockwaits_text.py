@@ -1,5 +1,5 @@
 """The `contention` section as text: bucket-lock waits per process and the
-buckets that waited most (analysis/contention.py builds the section)."""
+buckets that waited most (analysis/lockwaits.py builds the section)."""
 from __future__ import annotations
 
 from futextrace.output.text.names_text import with_name
@@ -30,7 +30,7 @@ NOT_VISIBLE = ("  n/a: no private-hash lookup was traced, and only private-hash 
                "are not traced)")
 
 
-def contention_lines(c: Contention | None, top: int = 5, names: dict[int, dict] | None = None) -> list[str]:
+def lockwait_lines(c: Contention | None, top: int = 5, names: dict[int, dict] | None = None) -> list[str]:
     """`names`: pid -> its futex_names, shown beside each waiting futex's address."""
     if not c:
         return []

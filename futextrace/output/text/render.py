@@ -9,7 +9,7 @@ from futextrace.output.text.atomic_text import atomic_text, installed_text
 from futextrace.kernel.errnos import errno_name
 from futextrace.output.text.estimates import approx
 from futextrace.output.text.words import blind_spot_lines, count_noun
-from futextrace.output.text.contention import contention_lines
+from futextrace.output.text.lockwaits_text import lockwait_lines
 from futextrace.output.text.names_text import legend
 from futextrace.recording import (BUCKET_NOT_VISIBLE, FutexDetail, FutexList, HashAtAttach, HashSummary, HistSlot,
                                   Method, Process, Recording, Resize)
@@ -320,7 +320,7 @@ def render_text(rec: Recording, verbose: bool = False) -> str:
         out.append(f"  get: {rc['get_percpu']:,} per-CPU, {rc['get_atomic']:,} shared atomic; "
                    f"put: {rc['put_percpu']:,} per-CPU, {rc['put_atomic']:,} shared atomic")
     shown_pids, folded_pids = {p["pid"] for p in shown}, {p["pid"] for p in folded}
-    out += contention_lines(rec.get("contention"),
+    out += lockwait_lines(rec.get("contention"),
                             names={p["pid"]: p["futex_names"] for p in rec["processes"] if p.get("futex_names")})
     out += _attach_section(rec.get("hash_at_attach"), shown_pids, folded_pids, verbose,
                            {p["pid"]: p["comm"] for p in rec["processes"]})

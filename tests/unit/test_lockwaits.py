@@ -1,9 +1,9 @@
-"""analysis/contention.py, and its advice in words (output/text/explain_advice.py), on
+"""analysis/lockwaits.py, and its advice in words (output/text/explain_advice.py), on
 hand-made lock_waits rows (no BPF, no root). Buckets and sizes are checked with
 the tests' own jhash2 (tests/helpers/fidelity_ref.py)."""
 from __future__ import annotations
 
-from futextrace.analysis import contention as C
+from futextrace.analysis import lockwaits as C
 from futextrace.output.text.explain_advice import advice_words
 from tests.helpers.fidelity_ref import private_bucket
 
@@ -75,7 +75,7 @@ def test_no_size_when_futexes_never_part_below_the_limit():
 
 def test_live_interval_rates_and_causes():
     from futextrace.output.text.live_text import wait_lines
-    from futextrace.record.livewaits import IntervalWaits
+    from futextrace.record.lockwaits_live import IntervalWaits
     a, b = _pair(True)
     d = IntervalWaits()
     first = d.interval([row(1, 3, a, 10, 2_000_000)], 1.0, {1: "w"})
@@ -99,22 +99,22 @@ def test_sweep_figures():
 
 
 def test_record_text():
-    from futextrace.output.text.contention import contention_lines
+    from futextrace.output.text.lockwaits_text import lockwait_lines
     a, b = _pair(True)
-    text = "\n".join(contention_lines(rec_of([row(1, 3, a, 10, 2_000_000), row(1, 3, b, 5, 1_000_000)])["contention"]))
+    text = "\n".join(lockwait_lines(rec_of([row(1, 3, a, 10, 2_000_000), row(1, 3, b, 5, 1_000_000)])["contention"]))
     assert "15 waits, 3.000 ms in 2.00 s (1.5 ms/s); collision 15 waits 3.000 ms" in text
     assert f"{hex(a)} (10), {hex(b)} (5)" in text and "collision" in text
-    assert contention_lines({"status": "not attached: turned off"}) == ["", "Bucket-lock waits: not attached: turned off"]
+    assert lockwait_lines({"status": "not attached: turned off"}) == ["", "Bucket-lock waits: not attached: turned off"]
 
 
 def test_record_text_names_the_buckets_it_leaves_out():
     """Seven buckets with waits, five rows: a line says what the other two hold,
     so the rows add up to the process's total (a MariaDB run showed 5 of 11
     buckets with no word about the rest)."""
-    from futextrace.output.text.contention import contention_lines
+    from futextrace.output.text.lockwaits_text import lockwait_lines
     a, _ = _pair(True)
     rows = [row(1, bucket, a + 64 * bucket, 10 + bucket, (bucket + 1) * 1_000_000) for bucket in range(7)]
-    text = "\n".join(contention_lines(rec_of(rows)["contention"]))
+    text = "\n".join(lockwait_lines(rec_of(rows)["contention"]))
     assert "... 2 more buckets with 21 waits, 3.000 ms (all in the JSON)" in text, text
     assert "same_futex" not in text
 
@@ -137,9 +137,9 @@ def test_exporter_series_never_go_backwards_and_stay_bounded():
 
 def test_small_wait_rate_in_the_total_unit():
     """25.7 us in 10 s reads as 2.57 us/s, not 0.00257 ms/s (a MariaDB run's line)."""
-    from futextrace.output.text.contention import contention_lines
+    from futextrace.output.text.lockwaits_text import lockwait_lines
     a, _ = _pair(True)
-    text = "\n".join(contention_lines(rec_of([row(1, 3, a, 3, 30_000)])["contention"]))
+    text = "\n".join(lockwait_lines(rec_of([row(1, 3, a, 3, 30_000)])["contention"]))
     assert "3 waits, 30.0 us in 2.00 s (15 us/s)" in text, text
 
 
@@ -147,7 +147,7 @@ def test_one_wait_book_serves_the_live_view_and_the_exporter():
     """record -i and serve feed the same rows to the same WaitBook: the same new waits,
     with the same cause, come out of both."""
     from futextrace.export.lockwaits import LockWaitSeries
-    from futextrace.record.livewaits import IntervalWaits
+    from futextrace.record.lockwaits_live import IntervalWaits
     a, b = _pair(True)
     feeds = [[row(1, 3, a, 10, 1000)], [row(1, 3, a, 12, 1500), row(1, 3, b, 2, 100)]]
     live, series = IntervalWaits(), LockWaitSeries()

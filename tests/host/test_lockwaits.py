@@ -28,7 +28,7 @@ import subprocess
 
 import pytest
 
-from futextrace.analysis.contention import MEASURABLE_MS_PER_S
+from futextrace.analysis.lockwaits import MEASURABLE_MS_PER_S
 from tests.helpers.host import FT, REPO, needs_bpf, needs_private_hash
 from tests.helpers.fidelity_ref import private_bucket
 
