@@ -84,7 +84,7 @@ class ServeRecorder:
         """The fields of a recording that reading.from_recording uses."""
         reader, session = self.reader, self.session
         f = summary.merge(*reader.futex_arrays(self.forgotten))   # first: it reads the map's share of the counts
-        b = summary.bucket_counts(reader.bucket_rows(self.forgotten))
+        b = summary.bucket_counts(reader.bucket_columns(self.forgotten))
         private, atomic, global_ = summary.lookups_by_kind(b)
         forgotten = np.fromiter(self.forgotten, dtype=np.uint64)
         hidden = np.isin(b["tgid"], forgotten)

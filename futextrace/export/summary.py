@@ -85,10 +85,10 @@ def _private_spread(f: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[
             for i, (t, m) in enumerate(zip(htgid[horder][hstarts].tolist(), hmask[horder][hstarts].tolist()))}
 
 
-def bucket_counts(rows: list[tuple]) -> dict[str, np.ndarray]:
+def bucket_counts(rows) -> dict[str, np.ndarray]:
     """The exact per-bucket counts (the `buckets` map and the cache's slots),
-    rows of BUCKET_FIELDS, as arrays."""
-    cols = np.array(rows, dtype=np.uint64).reshape(-1, len(BUCKET_FIELDS))
+    rows of BUCKET_FIELDS (tuples, or the lines of a uint64 array), as arrays."""
+    cols = np.asarray(rows, dtype=np.uint64).reshape(-1, len(BUCKET_FIELDS))
     return dict(zip(BUCKET_FIELDS, cols.T))
 
 

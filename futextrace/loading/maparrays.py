@@ -32,13 +32,20 @@ class ArrayReader(MapReader):
     def __init__(self, program):
         super().__init__(program, futex_read=batched_futex_map)
         self.deleted = {"private": 0, "atomic": 0, "global": 0}   # lookups of deleted entries
-        self._map_rows: list[tuple] = []
+        self._map_share = np.zeros((0, len(exact.BUCKET_FIELDS)), dtype=np.uint64)
+        self._cache_share = self._map_share
+        self._dtypes: dict[str, np.dtype] = {}   # numpy's view of BCC's ctypes types: 4 ms each to build
+
+    def _dtype(self, name: str, ctype) -> np.dtype:
+        if name not in self._dtypes:
+            self._dtypes[name] = np.dtype(ctype)
+        return self._dtypes[name]
 
     def futex_arrays(self, forgotten: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(keys, per-CPU stats) of the map and the per-CPU cache; the map's
         entries of `forgotten` processes deleted (their lookups in `deleted`)."""
         table = self.program.bpf["futexes"]
-        kd, sd = np.dtype(table.Key), np.dtype(table.sLeaf)
+        kd, sd = self._dtype("futexes.Key", table.Key), self._dtype("futexes.sLeaf", table.sLeaf)
         ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
         batch = lookup_batch(table)
         if batch is None:   # no batch lookups: BCC's walk, into the same arrays
@@ -49,7 +56,7 @@ class ArrayReader(MapReader):
             keys = np.frombuffer(kb, dtype=kd, count=n)
             stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
         keys, stats = self._delete_forgotten(table, kb, keys, stats, forgotten)
-        self._map_rows = futex_share_rows(keys, stats)   # the map's share of the exact counts
+        self._map_share = futex_share_columns(keys, stats)   # the map's share of the exact counts
         ck, cs = self._cache_arrays(kd, sd, ncpu)
         listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
         return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
@@ -57,10 +64,15 @@ class ArrayReader(MapReader):
     def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
         through its memory mapping (slot i belongs to CPU i // futex_cache_slots)."""
-        view = np.frombuffer(self.lookup_cache_buffer(), dtype=np.dtype(self.program.bpf["futex_cache"].Leaf))
+        leaf = self._dtype("futex_cache.Leaf", self.program.bpf["futex_cache"].Leaf)
+        view = np.frombuffer(self.lookup_cache_buffer(), dtype=leaf)
         slots = view.copy()        # a copy: the mapping cannot close while a view exists
         del view
         used = np.flatnonzero(slots["st"]["lookups"])
+        # Their share of the exact per-bucket counts, as exact.cache_bucket_rows gives it.
+        k, st = slots["key"][used], slots["st"][used]
+        self._cache_share = _columns(k["tgid"], k["kind"], k["hash_mask"], st["bucket"], st["lookups"],
+                                     st["atomic_lookups"], np.zeros(len(used), dtype=np.uint64))
         keys = np.zeros(len(used), dtype=kd)
         stats = np.zeros((len(used), ncpu), dtype=sd)
         for name in kd.names:
@@ -89,12 +101,14 @@ class ArrayReader(MapReader):
             self._count_deleted(kind, int(lookups[sel].sum()), int(atomic[sel].sum()))
         return keys[~gone], stats[~gone]
 
-    def bucket_rows(self, forgotten: set[int]) -> list[tuple]:
-        """The exact per-bucket counts as exact.BUCKET_FIELDS rows, the tiers of
-        exact.bucket_entries with CPUs summed: the `buckets` map (entries of
-        `forgotten` processes deleted, their lookups in `deleted`), the futexes
-        map's share (read with numpy by futex_arrays(), which must run first)
-        and both caches' slots not yet flushed."""
+    def bucket_columns(self, forgotten: set[int]) -> np.ndarray:
+        """The exact per-bucket counts, one exact.BUCKET_FIELDS row per line of a
+        uint64 array: the tiers of exact.bucket_entries with CPUs summed: the
+        `buckets` map (entries of `forgotten` processes deleted, their lookups in
+        `deleted`), the futexes map's share and the lookup cache's (read with
+        numpy by futex_arrays(), which must run first), and the per-bucket
+        cache's slots not yet flushed. Rows of one bucket are added by whoever
+        groups them, so their order is free."""
         table, kept = self.program.bpf["buckets"], []
         for k, vals in table.items():
             if k.tgid in forgotten:
@@ -102,8 +116,19 @@ class ArrayReader(MapReader):
                 del table[k]
                 continue
             kept.append(bucket_entry(k, vals))
-        return (exact.bucket_rows(kept) + self._map_rows
-                + exact.cache_bucket_rows(self.cached_bucket_rows()))
+        bmap = np.array(exact.bucket_rows(kept), dtype=np.uint64).reshape(-1, len(exact.BUCKET_FIELDS))
+        return np.concatenate([bmap, self._map_share, self._cache_share, self._bucket_cache_share()])
+
+    def _bucket_cache_share(self) -> np.ndarray:
+        """The per-bucket cache's used slots as rows (exact.cache_bucket_rows's),
+        read through its memory mapping."""
+        leaf = self._dtype("bucket_cache.Leaf", self.program.bpf["bucket_cache"].Leaf)
+        view = np.frombuffer(self._mapping("bucket_cache"), dtype=leaf)
+        slots = view[np.flatnonzero(view["st"]["lookups"])]   # fancy indexing copies
+        del view
+        k, st = slots["key"], slots["st"]
+        return _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], st["lookups"], st["atomic_lookups"],
+                        st["unlisted"])
 
     def _count_deleted(self, kind: int, lookups: int, atomic: int) -> None:
         if kind == KIND["FT_PRIVATE"]:
@@ -113,16 +138,29 @@ class ArrayReader(MapReader):
             self.deleted["global"] += lookups
 
 
-def futex_share_rows(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
+def _columns(*cols: np.ndarray) -> np.ndarray:
+    """Equal-length columns as the rows of one uint64 array."""
+    out = np.empty((len(cols[0]), len(cols)), dtype=np.uint64)
+    for i, c in enumerate(cols):
+        out[:, i] = c
+    return out
+
+
+def futex_share_columns(keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
     """exact.bucket_rows(exact.futex_share(...)) of the futexes map's arrays,
-    with numpy (a full map every scrape): a row per futex entry and CPU with
-    lookups, under the bucket that CPU computed, never unlisted. Mirrors
-    loading/exact.py; tests/unit/test_exact.py checks that both agree."""
+    with numpy (a full map every scrape), as the rows of a uint64 array: a row
+    per futex entry and CPU with lookups, under the bucket that CPU computed,
+    never unlisted. Mirrors loading/exact.py; tests/unit/test_exact.py checks
+    that both agree."""
     entry, cpu = np.nonzero(stats["lookups"])
     st = stats[entry, cpu]
-    return list(zip(keys["tgid"][entry].tolist(), keys["kind"][entry].tolist(),
-                    keys["hash_mask"][entry].tolist(), st["bucket"].tolist(),
-                    st["lookups"].tolist(), st["atomic_lookups"].tolist(), [0] * len(entry)))
+    return _columns(keys["tgid"][entry], keys["kind"][entry], keys["hash_mask"][entry], st["bucket"],
+                    st["lookups"], st["atomic_lookups"], np.zeros(len(entry), dtype=np.uint64))
+
+
+def futex_share_rows(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
+    """futex_share_columns as a list of row tuples (exact.bucket_rows's form)."""
+    return list(map(tuple, futex_share_columns(keys, stats).tolist()))
 
 
 def futex_arrays_of(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +185,11 @@ def in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
     if not near.any():
         return near
     sel = np.isin(mapped["uaddr"], cached["uaddr"][near])
-    have = set(zip(*(mapped[f][sel].tolist() for f in KEY_FIELDS)))
-    for i in np.flatnonzero(near).tolist():
-        near[i] = tuple(cached[f][i].item() for f in KEY_FIELDS) in have
+    near[near] = np.isin(_whole_keys(cached[near]), _whole_keys(mapped[sel]))
     return near
+
+
+def _whole_keys(keys: np.ndarray) -> np.ndarray:
+    """Each key's KEY_FIELDS as one opaque 32-byte value, compared whole by np.isin."""
+    return np.ascontiguousarray(_columns(*(keys[f] for f in KEY_FIELDS))).view(
+        np.dtype((np.void, 8 * len(KEY_FIELDS)))).ravel()
