@@ -21,7 +21,7 @@ import ctypes as ct
 import numpy as np
 
 from futextrace.kernel.layout import KIND
-from futextrace.loading import exact
+from futextrace.loading import contention, exact
 from futextrace.loading.batchread import lookup_batch
 from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
 
@@ -35,6 +35,18 @@ class ArrayReader(MapReader):
         self._map_share = np.zeros((0, len(exact.BUCKET_FIELDS)), dtype=np.uint64)
         self._cache_share = self._map_share
         self._dtypes: dict[str, np.dtype] = {}   # numpy's view of BCC's ctypes types: 4 ms each to build
+        self._waits_memo: dict = {}   # lock_waits entries as last read (contention.read_waits)
+
+    def lock_wait_rows(self) -> list[dict]:
+        """The lock_waits rows that changed since the last call ([] where the lock
+        tracepoints are not attached): the exporter's WaitBook skips the others."""
+        if not contention.attached(self.program):
+            return []
+        return contention.read_waits(self.program.bpf, self._waits_memo)
+
+    def delete_lock_waits(self, tgids: set[int]) -> None:
+        super().delete_lock_waits(tgids)
+        contention.forget_waits(self._waits_memo, tgids)
 
     def _dtype(self, name: str, ctype) -> np.dtype:
         if name not in self._dtypes:
