@@ -69,15 +69,11 @@ def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | N
             [bcc.funcs[f"ft_raw_{tp}".encode()].fd for tp in TRACEPOINTS])
 
 
-def read_waits(bcc, memo: dict | None = None) -> list[dict]:
+def read_waits(bcc) -> list[dict]:
     """The lock_waits map, summed over CPUs (max: the largest CPU's), in the
-    map's order; read in batches where the kernel allows (serve reads it every
-    scrape: key by key, 15,000 entries cost 0.23 s of CPU, in batches 0.07 s),
-    else key by key. With `memo` (a dict the caller keeps from call to call),
-    only the entries whose bytes changed since the last call are made rows
-    (where read in batches): what a cumulative consumer such as
-    analysis.contention.WaitBook would not skip anyway. `forget_waits` drops
-    processes from it."""
+    map's order; read in batches where the kernel allows (a contended workload
+    fills it: key by key, 15,000 entries cost 0.2 s of CPU, in batches 0.07 s),
+    else key by key."""
     table = bcc["lock_waits"]
     batch = lookup_batch(table)
     if batch is None:
@@ -88,33 +84,17 @@ def read_waits(bcc, memo: dict | None = None) -> list[dict]:
     ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
     ki = [knames.index(f) for f in ("tgid", "hash_mask", "bucket", "uaddr")]
     waits_i, ns_i, max_i = (snames.index(f) for f in ("waits", "wait_ns", "max_ns"))
-    kbuf, vbuf, ks, vs = bytes(keys), bytes(values), ct.sizeof(table.Key), ct.sizeof(table.Leaf)
-    unpack_key, stat = struct.Struct(kfmt).unpack_from, struct.Struct(sfmt)
-    last, now = (memo or {}), {}
+    stats = list(struct.iter_unpack(sfmt, values))
     rows = []
-    for i in range(n):
-        kb, vb = kbuf[i * ks:(i + 1) * ks], vbuf[i * vs:(i + 1) * vs]
-        k = unpack_key(kb)
-        now[kb] = (k[ki[0]], vb)
-        if memo is not None and last.get(kb, (0, b""))[1] == vb:
-            continue
-        per_cpu = [stat.unpack_from(vb, c * stat.size) for c in range(ncpu)]
+    for i, k in enumerate(struct.iter_unpack(kfmt, keys)):
+        per_cpu = stats[i * ncpu:(i + 1) * ncpu]
         waits = sum(v[waits_i] for v in per_cpu)
         if not waits:
             continue
         rows.append({"tgid": k[ki[0]], "hash_mask": k[ki[1]], "bucket": k[ki[2]], "uaddr": k[ki[3]],
                      "waits": waits, "wait_ns": sum(v[ns_i] for v in per_cpu),
                      "max_ns": max(v[max_i] for v in per_cpu)})
-    if memo is not None:
-        memo.clear()
-        memo.update(now)     # the entries now in the map: bounded by its size
     return rows
-
-
-def forget_waits(memo: dict, tgids: set[int]) -> None:
-    """Processes whose rows read_waits must give again (their marks were forgotten)."""
-    for kb in [kb for kb, (tgid, _) in memo.items() if tgid in tgids]:
-        del memo[kb]
 
 
 def _walk_waits(table) -> list[dict]:

@@ -1,14 +1,17 @@
-"""serve reads the lock_waits map in batches and makes rows only of the entries
-that changed since its last read (loading/contention.py read_waits with a memo):
-the exporter's WaitBook must come out exactly as when fed every row. Pure
-Python: batch lookups stand in for the kernel with ctypes buffers."""
+"""serve reads the lock_waits map in one batch and makes rows only of the
+entries whose waits changed since its last read (ArrayReader.lock_wait_rows):
+the exporter's WaitBook must come out exactly as when fed every row
+(contention.read_waits, the same batch read into rows). Pure Python: batch
+lookups stand in for the kernel with ctypes buffers."""
 from __future__ import annotations
 
 import ctypes as ct
 import random
+from types import SimpleNamespace
 
 from futextrace.analysis.contention import WaitBook
-from futextrace.loading import contention
+from futextrace.loading import contention, maparrays
+from futextrace.loading.maparrays import ArrayReader
 
 NCPU = 3
 
@@ -23,7 +26,7 @@ class Stat(ct.Structure):
 
 
 class Table:
-    """What read_waits uses of BCC's PerCpuHash, over a dict."""
+    """What the readers use of BCC's PerCpuHash, over a dict (insertion order: the map's)."""
     Key, sLeaf, Leaf, max_entries = Key, Stat, Stat * NCPU, 64
 
     def __init__(self):
@@ -34,25 +37,48 @@ class Table:
         values = b"".join(bytes(Stat(*v)) for per_cpu in self.entries.values() for v in per_cpu)
         return memoryview(keys), memoryview(values), len(self.entries)
 
+    def keys(self):
+        return [Key(t, m, b, 0, u) for t, m, b, u in self.entries]
+
+    def __delitem__(self, k):
+        del self.entries[(k.tgid, k.hash_mask, k.bucket, k.uaddr)]
+
+
+def grow(rng: random.Random, table: Table) -> None:
+    """Waits on a few entries, some of them new."""
+    for _ in range(rng.randrange(6)):
+        key = (rng.choice([10, 11, 12]), 15, rng.randrange(8), rng.choice([0, 0x1000, 0x2000, 0x3000]))
+        per_cpu = table.entries.setdefault(key, [[0, 0, 0] for _ in range(NCPU)])
+        cpu, ns = rng.randrange(NCPU), rng.randrange(1, 500)
+        per_cpu[cpu] = [per_cpu[cpu][0] + 1, per_cpu[cpu][1] + ns, max(per_cpu[cpu][2], ns)]
+
 
 def test_changed_rows_feed_the_wait_book_as_every_row_does(monkeypatch):
     rng, table = random.Random(7), Table()
     monkeypatch.setattr(contention, "lookup_batch", lambda t: t.batch())
+    monkeypatch.setattr(maparrays, "lookup_batch", lambda t: t.batch())
     bcc = {"lock_waits": table}
-    every, changed, memo = WaitBook(), WaitBook(), {}
-    for step in range(40):
-        for _ in range(rng.randrange(6)):      # waits grow on a few entries, new ones come
-            key = (rng.choice([10, 11, 12]), 15, rng.randrange(8), rng.choice([0, 0x1000, 0x2000, 0x3000]))
-            per_cpu = table.entries.setdefault(key, [[0, 0, 0] for _ in range(NCPU)])
-            cpu, ns = rng.randrange(NCPU), rng.randrange(1, 500)
-            per_cpu[cpu] = [per_cpu[cpu][0] + 1, per_cpu[cpu][1] + ns, max(per_cpu[cpu][2], ns)]
+    reader = ArrayReader(SimpleNamespace(bpf=bcc, contention="attached"))
+    every, changed = WaitBook(), WaitBook()
+    for step in range(60):
+        grow(rng, table)
         if step % 13 == 12:                    # the exporter forgets a process
             gone = {rng.choice([10, 11, 12])}
-            table.entries = {k: v for k, v in table.entries.items() if k[0] not in gone}
+            reader.delete_lock_waits(gone)
             every.forget(gone)
             changed.forget(gone)
-            contention.forget_waits(memo, gone)
-        rows = contention.read_waits(bcc)
-        assert every.feed(rows) == changed.feed(contention.read_waits(bcc, memo))
-        assert len(memo) == len(table.entries)
+        rows, fewer = contention.read_waits(bcc), reader.lock_wait_rows()
+        assert [r for r in rows if r in fewer] == fewer          # the map's order kept
+        assert every.feed(rows) == changed.feed(fewer)
     assert every.high == changed.high and every.futexes == changed.futexes
+
+
+def test_an_unchanged_map_gives_no_rows(monkeypatch):
+    table = Table()
+    monkeypatch.setattr(maparrays, "lookup_batch", lambda t: t.batch())
+    reader = ArrayReader(SimpleNamespace(bpf={"lock_waits": table}, contention="attached"))
+    assert reader.lock_wait_rows() == []          # an empty map too
+    grow(random.Random(1), table)
+    grow(random.Random(2), table)
+    assert len(reader.lock_wait_rows()) == len(table.entries) > 0
+    assert reader.lock_wait_rows() == []
