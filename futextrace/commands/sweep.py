@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from futextrace.bench import runner as bench
 from futextrace.bench import sweep
@@ -14,7 +11,10 @@ from futextrace.commands.options import json_option, text_wanted
 from futextrace.errors import EXIT_CODES_HELP, UsageError
 
 
-def sweep_table(doc: dict) -> Table:
+def sweep_table(doc: dict):
+    """rich's Table of the sweep (rich is imported here: `futextrace --help` lists every
+    command, and only `sweep` draws with it)."""
+    from rich.table import Table
     trace_cols = list(dict.fromkeys(k for p in doc["points"] for k in p["trace"]))
     t = Table(title="futex hash throughput by bucket count", title_justify="left")
     t.add_column("buckets", justify="right")
@@ -70,6 +70,8 @@ def command(buckets_text, threads, futexes, runtime, shared, mlockall, repeat, t
     if shared:
         click.echo("note: shared futexes always use the global hash; bucket counts "
                    "will not matter", err=True)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
     console = Console(stderr=not text_wanted(json_path))
     if not console.is_terminal:
         console.width = 120   # files and pipes: room for the --trace columns
