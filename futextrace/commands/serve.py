@@ -63,6 +63,7 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     from prometheus_client.process_collector import ProcessCollector
 
 
+    http.one_malloc_arena()
     addr, port = http.parse_listen(listen)
     for pid in pids:
         targets.check_pid(pid)
