@@ -164,12 +164,14 @@ def measure_record(pid: int, duration: float) -> dict:
     t0 = time.monotonic()
     p = subprocess.Popen(futextrace_cmd("record", "-p", str(pid), "-d", f"{duration:g}"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    attached = wait_line(p.stderr, "Tracing", 120)
-    attach_s = None if attached is None else time.monotonic() - t0
-    time.sleep(min(1.0, duration / 2))             # steady state: attached, polling
-    steady_rss = status_kib(p.pid, "VmRSS")
-    mapped, llvm_mib = llvm_resident(p.pid)
-    maxrss = wait_rusage(p, duration + 60)
+    try:
+        attached = wait_line(p.stderr, "Tracing", 120)
+        attach_s = None if attached is None else time.monotonic() - t0
+        time.sleep(min(1.0, duration / 2))             # steady state: attached, polling
+        steady_rss = status_kib(p.pid, "VmRSS")
+        mapped, llvm_mib = llvm_resident(p.pid)
+    finally:
+        maxrss = wait_rusage(p, duration + 60)
     return {"attach_s": attach_s, "maxrss_mib": maxrss / 1024, "rss_mib": (steady_rss or 0) / 1024,
             "llvm": mapped, "llvm_mib": llvm_mib, "rc": p.returncode}
 
@@ -221,13 +223,15 @@ def measure_bpftrace(seconds: float) -> dict:
     t0 = time.monotonic()
     p = subprocess.Popen(["bpftrace", "-e", BPFTRACE_PROG], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
-    attached = wait_line(p.stdout, "attached", 120)
-    attach_s = None if attached is None else time.monotonic() - t0
-    time.sleep(seconds)
-    rss = status_kib(p.pid, "VmRSS")
-    mapped, llvm_mib = llvm_resident(p.pid)
-    p.send_signal(signal.SIGINT)
-    maxrss = wait_rusage(p, 30)
+    try:
+        attached = wait_line(p.stdout, "attached", 120)
+        attach_s = None if attached is None else time.monotonic() - t0
+        time.sleep(seconds)
+        rss = status_kib(p.pid, "VmRSS")
+        mapped, llvm_mib = llvm_resident(p.pid)
+    finally:
+        p.send_signal(signal.SIGINT)
+        maxrss = wait_rusage(p, 30)
     return {"attach_s": attach_s, "maxrss_mib": maxrss / 1024, "rss_mib": (rss or 0) / 1024,
             "llvm": mapped, "llvm_mib": llvm_mib}
 
@@ -308,6 +312,10 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def interrupted(*_) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=3, help="record -d and bpftrace's run, seconds")
@@ -319,6 +327,7 @@ def main() -> int:
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("footprint.py: needs root")
+    signal.signal(signal.SIGTERM, interrupted)     # ends as Ctrl-C does: every child stopped
     have = {tool: bool(shutil.which(tool)) for tool in ("bpftrace", NODE_EXPORTER)}
     for tool, found in have.items():
         if not found:
