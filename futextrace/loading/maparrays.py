@@ -21,7 +21,7 @@ import ctypes as ct
 import numpy as np
 
 from futextrace.kernel.layout import KIND
-from futextrace.loading import contention, exact
+from futextrace.loading import exact, lockwaits
 from futextrace.loading.batchread import lookup_batch
 from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
 
@@ -39,18 +39,18 @@ class ArrayReader(MapReader):
         self._waits_last = (np.zeros(0, dtype="V1"), *(np.zeros(0, dtype=np.uint64) for _ in range(3)))
 
     def lock_wait_rows(self) -> list[dict]:
-        """The lock_waits rows (contention.read_waits's) whose waits or wait time
+        """The lock_waits rows (lockwaits.read_waits's) whose waits or wait time
         changed since the last call, in the map's order ([] where the lock
         tracepoints are not attached): the exporter's WaitBook would skip the
         others, their high-water marks holding them already. Read in one batch
         and compared with numpy: a contended workload keeps 16,000 entries in
         the map and changes thousands of them a second."""
-        if not contention.attached(self.program):
+        if not lockwaits.attached(self.program):
             return []
         table = self.program.bpf["lock_waits"]
         batch = lookup_batch(table)
         if batch is None:
-            return contention.read_waits(self.program.bpf)
+            return lockwaits.read_waits(self.program.bpf)
         kb, vb, n = batch
         keys = np.frombuffer(kb, dtype=self._dtype("lock_waits.Key", table.Key), count=n)
         sd = self._dtype("lock_waits.sLeaf", table.sLeaf)

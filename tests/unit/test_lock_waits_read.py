@@ -1,7 +1,7 @@
 """serve reads the lock_waits map in one batch and makes rows only of the
 entries whose waits changed since its last read (ArrayReader.lock_wait_rows):
 the exporter's WaitBook must come out exactly as when fed every row
-(contention.read_waits, the same batch read into rows). Pure Python: batch
+(lockwaits.read_waits, the same batch read into rows). Pure Python: batch
 lookups stand in for the kernel with ctypes buffers."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import ctypes as ct
 import random
 from types import SimpleNamespace
 
-from futextrace.analysis.contention import WaitBook
-from futextrace.loading import contention, maparrays
+from futextrace.analysis.lockwaits import WaitBook
+from futextrace.loading import lockwaits, maparrays
 from futextrace.loading.maparrays import ArrayReader
 
 NCPU = 3
@@ -55,7 +55,7 @@ def grow(rng: random.Random, table: Table) -> None:
 
 def test_changed_rows_feed_the_wait_book_as_every_row_does(monkeypatch):
     rng, table = random.Random(7), Table()
-    monkeypatch.setattr(contention, "lookup_batch", lambda t: t.batch())
+    monkeypatch.setattr(lockwaits, "lookup_batch", lambda t: t.batch())
     monkeypatch.setattr(maparrays, "lookup_batch", lambda t: t.batch())
     bcc = {"lock_waits": table}
     reader = ArrayReader(SimpleNamespace(bpf=bcc, contention="attached"))
@@ -67,7 +67,7 @@ def test_changed_rows_feed_the_wait_book_as_every_row_does(monkeypatch):
             reader.delete_lock_waits(gone)
             every.forget(gone)
             changed.forget(gone)
-        rows, fewer = contention.read_waits(bcc), reader.lock_wait_rows()
+        rows, fewer = lockwaits.read_waits(bcc), reader.lock_wait_rows()
         assert [r for r in rows if r in fewer] == fewer          # the map's order kept
         assert every.feed(rows) == changed.feed(fewer)
     assert every.high == changed.high and every.futexes == changed.futexes
