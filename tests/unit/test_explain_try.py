@@ -30,35 +30,54 @@ def _rec() -> dict:
     return rec
 
 
-def test_try_lines_name_pid_size_command_duration_and_file():
+def test_try_lines_for_a_running_process_name_pid_size_duration_and_file():
     rec = _rec()
-    pid, argv = rec["processes"][0]["pid"], rec["command"]["argv"]
+    rec.pop("command")            # as `explain -p PID`: the process still runs
+    pid = rec["processes"][0]["pid"]
     expl = T.explained(rec, "e.json")
     r = next(p for p in expl["processes"] if p["pid"] == pid)["recommendation"]
     n = r["slots"]
     assert n and n > 16
     secs = f"{rec['duration_s']:.1f}"
     assert r["try"] == [f"futextrace set -p {pid} --slots {n}",
-                        f"futextrace run --slots {n} -- {shlex.join(argv)}",
+                        f"futextrace run --slots {n} -- COMMAND",
                         f"futextrace record -p {pid} -d {secs} --json after.json; "
                         "futextrace diff e.json after.json"]
     text = T.render(expl).splitlines()
     i = text.index(f"    {r['c_line']}")
     assert text[i + 1].startswith(f"    try it:   futextrace set -p {pid} --slots {n}  ")
     assert text[i + 1].endswith("(on the running process; acts on a live process, see README)")
-    assert text[i + 2].strip() == f"futextrace run --slots {n} -- {shlex.join(argv)}       (a new run of the program)"
+    assert text[i + 2].strip() == f"futextrace run --slots {n} -- COMMAND       (a new run of the program)"
     assert text[i + 3] == f"    compare:  {r['try'][2]}"
+
+
+def test_a_program_explain_ran_has_exited_so_only_a_new_run_is_offered():
+    """No `set -p` or `record -p` of a PID that is gone (explain -- CMD ran it to its end)."""
+    rec = _rec()
+    pid, argv = rec["processes"][0]["pid"], rec["command"]["argv"]
+    assert rec["command"]["pid"] == pid
+    expl = T.explained(rec, "e.json")
+    r = expl["processes"][0]["recommendation"]
+    n = r["slots"]
+    assert r["try"] == [f"futextrace run --slots {n} -- {shlex.join(argv)}",
+                        f"futextrace record --slots {n} --json after.json -- {shlex.join(argv)}; "
+                        "futextrace diff e.json after.json"]
+    text = T.render(expl).splitlines()
+    i = text.index(f"    {r['c_line']}")
+    assert text[i + 1] == f"    try it:   {r['try'][0]}       (a new run of the program)"
+    assert text[i + 2] == f"    compare:  {r['try'][1]}"
+    assert not any(f"-p {pid}" in ln for ln in text[i + 1:i + 3])
 
 
 def test_without_a_file_name_before_json_and_nothing_else_changes():
     rec = _rec()
     expl = T.explained(rec)
     r = expl["processes"][0]["recommendation"]
-    assert r["try"][2].endswith("futextrace diff before.json after.json")
+    assert r["try"][-1].endswith("futextrace diff before.json after.json")
     with_try = T.render(expl).splitlines()
     r.pop("try")
     without = T.render(expl).splitlines()
-    assert len(with_try) == len(without) + 3
+    assert len(with_try) == len(without) + 2
     assert [ln for ln in with_try if not ln.lstrip().startswith(("try it:", "compare:", "futextrace run"))] \
         == without
 

@@ -140,8 +140,13 @@ def try_commands(slots: int | None, pid: int, rec: dict, source: str | None) -> 
         return []
     flag = "--global" if slots == 0 else f"--slots {slots}"
     cmd = rec.get("command") or {}
-    argv = shlex.join(cmd["argv"]) if cmd.get("pid") == pid and cmd.get("argv") else "COMMAND"
+    started = cmd.get("pid") == pid and cmd.get("argv")
+    argv = shlex.join(cmd["argv"]) if started else "COMMAND"
     before = shlex.quote(source) if source and source != "-" else "before.json"
+    if started:
+        # explain started it and it has exited: a new run is the only one to try the size on.
+        return [f"futextrace run {flag} -- {argv}",
+                f"futextrace record --slots {slots} --json after.json -- {argv}; futextrace diff {before} after.json"]
     return [f"futextrace set -p {pid} {flag}", f"futextrace run {flag} -- {argv}",
             f"futextrace record -p {pid} -d {_secs(rec.get('duration_s'))} --json after.json; "
             f"futextrace diff {before} after.json"]
@@ -151,6 +156,9 @@ def try_lines(commands: list[str]) -> list[str]:
     """try_commands as explain's text shows them, each with what it acts on."""
     if not commands:
         return []
+    if len(commands) == 2:      # the program explain ran: it has exited
+        return [f"    try it:   {commands[0]}       (a new run of the program)",
+                f"    compare:  {commands[1]}"]
     return [f"    try it:   {commands[0]}          (on the running process; acts on a live process, see README)",
             f"              {commands[1]}       (a new run of the program)",
             f"    compare:  {commands[2]}"]
