@@ -67,3 +67,17 @@ def set_at_exec(pid: int, slots: int) -> inject.Answer:
         if kind in ("exited", "killed"):
             raise TargetError(f"the command ended before its exec ({kind} {value})")
         ptrace.resume(pid, ptrace.PTRACE_CONT, value if kind == "signal" else 0)
+
+
+def start(child, slots: int | None) -> inject.Answer | None:
+    """Let a procs.targets.StoppedChild exec; with `slots`, its size set before its first
+    instruction (the kernel's answers returned; a refused size: never started)."""
+    if slots is None:
+        child.go()
+        return None
+    seize_child(child.pid)
+    child.go()
+    try:
+        return set_at_exec(child.pid, slots)
+    except inject.InjectionFailed as e:
+        raise TargetError(f"{os.path.basename(child.argv[0])}: {e}") from None

@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from futextrace.acting import follow, inject, launch, preflight
+from futextrace.acting import follow, launch, preflight
 from futextrace.commands.options import json_option
 from futextrace.commands.set import slots_choice
-from futextrace.errors import EXIT_CODES_HELP, KernelRefused, TargetError
+from futextrace.errors import EXIT_CODES_HELP, KernelRefused
 from futextrace.output.text import acting_text
 from futextrace.output.jsonio import open_output, write_json
 from futextrace.procs.targets import StoppedChild
@@ -56,7 +56,7 @@ def command(slots, to_global, automatic, children, json_path, command):
         launch.check_not_setuid(command[0])
     child = StoppedChild(list(command), stdout_to_stderr=json_path == "-")
     try:
-        answer = _start(child, want)
+        answer = launch.start(child, want)
     except BaseException:
         child.kill()
         raise
@@ -100,18 +100,6 @@ def _run_followed(argv: list[str], want: int, json_path: str | None) -> None:
     if root and acting_text.refusal(root):
         raise KernelRefused(f"{root['comm']} was not started: {acting_text.refusal(root)}")
     sys.exit(128 - status if status < 0 else status)
-
-
-def _start(child: StoppedChild, want: int | None) -> inject.Answer | None:
-    if want is None:
-        child.go()
-        return None
-    launch.seize_child(child.pid)
-    child.go()
-    try:
-        return launch.set_at_exec(child.pid, want)
-    except inject.InjectionFailed as e:
-        raise TargetError(f"{child.argv[0]}: {e}") from None
 
 
 def _wait(child: StoppedChild) -> int:

@@ -10,8 +10,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-from futextrace.acting import inject, launch
-from futextrace.errors import TargetError
+from futextrace.acting import launch
 from futextrace.loading.maps import MapReader
 from futextrace.naming.capture import NameCapture
 from futextrace.naming.recorded import name_processes
@@ -141,16 +140,8 @@ def record_pids(opts: RecordOptions, model=None, outputs: RecordOutputs | None =
 def _go(child: targets.StoppedChild, slots: int | None, name: str) -> dict | None:
     """Let the command exec; with `slots`, set its hash size before its first
     instruction (acting/launch.py) and return the kernel's answers."""
-    if slots is None:
-        child.go()
-        return None
-    launch.seize_child(child.pid)
-    child.go()
-    try:
-        answer = launch.set_at_exec(child.pid, slots)
-    except inject.InjectionFailed as e:
-        raise TargetError(f"{name}: {e}") from None
-    return answer.as_json(slots, name, child.pid)
+    answer = launch.start(child, slots)
+    return None if answer is None else answer.as_json(slots, name, child.pid)
 
 
 def record_command(argv: list[str], opts: RecordOptions, model=None,
