@@ -22,7 +22,7 @@ from futextrace.naming.maps import Snapshot, read_snapshot
 
 TICK_S = 0.05
 CHANGED_S = 0.01
-REFRESH_S = 0.5
+REFRESH_S = 2.0          # a new process, an exec and a process with new events are read at once
 READS_PER_TICK = 4       # at most 80 maps reads a second (~0.65 ms each): bounded tracer CPU system-wide
 HISTORY = 4
 MAX_PIDS = 2048

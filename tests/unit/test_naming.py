@@ -12,7 +12,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from futextrace.naming import resolve
-from futextrace.naming.capture import NameCapture
+from futextrace.naming.capture import REFRESH_S, NameCapture
 from futextrace.naming.elfsyms import ElfCache
 from futextrace.naming.maps import Snapshot, parse_maps, stack_pointer
 from futextrace.naming.resolve import Namer
@@ -225,10 +225,10 @@ def test_capture_keeps_the_last_map_of_an_exited_process_and_older_ones():
     cap.tick([7])                        # not due yet
     assert cap.reads == 1
     maps["now"] = "1000-2000 rw-p 00000000 00:00 0 [heap]\n"     # munmap
-    clock[0] += 1
+    clock[0] += REFRESH_S
     cap.tick([7])
     maps["now"] = ""                     # exited: a zombie's maps are empty
-    clock[0] += 1
+    clock[0] += REFRESH_S
     cap.tick([7])
     snaps = cap.snapshots(7)
     assert len(snaps) == 2 and snaps[0].find(0x3100) is None

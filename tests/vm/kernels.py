@@ -27,7 +27,7 @@ class GuestSpec:
     cpus: int = 4
     memory: str = "4G"      # overlay writes live in guest RAM; 2G died once mid-suite
     numa_nodes: int = 1     # > 1: fake NUMA (numa=fake=N), so per-node figures see a real topology
-    timeout_s: int = 2400   # host-side limit for one guest run: TCG makes every BCC compile slow
+    timeout_s: int = 2700   # host-side limit for one guest run: TCG makes every BCC compile slow
     tests: str = ""         # in-guest pytest selection; "" = vmguest.GUEST_TESTS minus its deselects
 
     @property
