@@ -13,6 +13,8 @@ from __future__ import annotations
 import signal
 
 from futextrace.acting import inject, launch, ptrace
+from futextrace.acting.preflight import status_fields
+from futextrace.procs.targets import comm_of
 
 OPTIONS = (ptrace.PTRACE_O_TRACESYSGOOD | ptrace.PTRACE_O_TRACEEXEC | ptrace.PTRACE_O_TRACEFORK
            | ptrace.PTRACE_O_TRACEVFORK | ptrace.PTRACE_O_TRACECLONE)
@@ -27,11 +29,7 @@ def _cont(tid: int) -> None:
 
 
 def _tgid(tid: int) -> int:
-    try:
-        with open(f"/proc/{tid}/status") as f:
-            return next(int(ln.split()[1]) for ln in f if ln.startswith("Tgid:"))
-    except (OSError, StopIteration):
-        return tid
+    return int(status_fields(tid).get("Tgid", tid))
 
 
 class Follower:
@@ -92,8 +90,4 @@ class Follower:
 
 
 def _comm(tid: int) -> str:
-    try:
-        with open(f"/proc/{tid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
+    return comm_of(tid) or "?"

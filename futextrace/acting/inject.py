@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from futextrace.acting import frame, gadgets, ptrace
+from futextrace.acting.preflight import status_fields
 from futextrace.kernel.constants import PR_FUTEX_HASH, PR_FUTEX_HASH_GET_SLOTS, PR_FUTEX_HASH_SET_SLOTS
 
 SYS_PRCTL = 157
@@ -61,11 +62,7 @@ def _pause(stage: str) -> None:
 
 
 def _blocked_signals(pid: int, tid: int) -> int:
-    with open(f"/proc/{pid}/task/{tid}/status") as f:
-        for line in f:
-            if line.startswith("SigBlk:"):
-                return int(line.split()[1], 16)
-    return 0
+    return int(status_fields(pid, tid).get("SigBlk", "0"), 16)
 
 
 def _stack_room(pid: int, lowest: int, rsp: int) -> bool:
