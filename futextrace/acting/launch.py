@@ -15,6 +15,7 @@ import shutil
 import stat
 
 from futextrace.acting import inject, ptrace
+from futextrace.acting import preflight
 from futextrace.acting.preflight import has_cap_sys_ptrace
 from futextrace.errors import TargetError
 
@@ -36,6 +37,13 @@ def check_not_setuid(cmd: str) -> None:
         raise TargetError(f"{cmd} is set-user-ID, set-group-ID or has file capabilities: started "
                           "under futextrace without CAP_SYS_PTRACE it would run without them; "
                           "run futextrace as root")
+
+
+def check_command(cmd: str) -> None:
+    """What must hold before a command is started with a size set: refused before fork."""
+    preflight.require_x86_64()
+    preflight.require_pr_futex_hash()
+    check_not_setuid(cmd)
 
 
 def seize_child(pid: int, options: int = ptrace.PTRACE_O_TRACEEXEC | ptrace.PTRACE_O_TRACESYSGOOD) -> None:

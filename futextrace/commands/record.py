@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from futextrace.errors import EXIT_CODES_HELP, FileProblem, KernelRefused, TargetError, UsageError
+from futextrace.acting import launch
 from futextrace.commands.options import SECONDS, json_option, refuse_quiet_without_output, text_wanted
 from futextrace.output import jsonio
 from futextrace.output.text import acting_text
@@ -76,6 +77,8 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
     if command_slots is not None and not command:
         raise UsageError("--slots sets the size of a command futextrace starts: add -- COMMAND "
                          "(for a running process: futextrace set -p PID --slots N)")
+    if command_slots is not None:
+        launch.check_command(command[0])
     if not quiet or interval or "-" in (json_path, jsonl_path):
         jsonio.require_stdout()
     jsonio.guard_closed_stdout()

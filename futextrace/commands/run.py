@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from futextrace.acting import follow, launch, preflight
+from futextrace.acting import follow, launch
 from futextrace.commands.options import json_option
 from futextrace.commands.set import slots_choice
 from futextrace.errors import EXIT_CODES_HELP, KernelRefused
@@ -47,13 +47,11 @@ def command(slots, to_global, automatic, children, json_path, command):
     if automatic and (slots is not None or to_global or children):
         raise click.UsageError("--auto sets nothing: leave out --slots/--global/--children")
     want = None if automatic else slots_choice(slots, to_global)
+    if want is not None:
+        launch.check_command(command[0])
     if children:
         return _run_followed(list(command), want, json_path)
     out = open_output(json_path) if json_path else None
-    if want is not None:
-        preflight.require_x86_64()
-        preflight.require_pr_futex_hash()
-        launch.check_not_setuid(command[0])
     child = StoppedChild(list(command), stdout_to_stderr=json_path == "-")
     try:
         answer = launch.start(child, want)
@@ -78,9 +76,6 @@ def command(slots, to_global, automatic, children, json_path, command):
 
 def _run_followed(argv: list[str], want: int, json_path: str | None) -> None:
     """run --children: the program and every process it starts (acting/follow.py)."""
-    preflight.require_x86_64()
-    preflight.require_pr_futex_hash()
-    launch.check_not_setuid(argv[0])
     out = open_output(json_path) if json_path else None
     child = StoppedChild(argv, stdout_to_stderr=json_path == "-")
     try:
