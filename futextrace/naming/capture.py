@@ -4,7 +4,10 @@ exits before the run ends (as `record -- CMD` always sees) keeps its names.
 The record loop calls `tick(pids, changed)` on every turn of its poll: a
 process seen for the first time is read at once, one the session has a new
 event of (a thread born: a new stack; its hash first seen: futexes in use)
-again at once but at most every CHANGED_S, and every process again every
+again at once but at most every CHANGED_S (an event inside that spell is
+kept and read when it ends: a burst of events at a process's start, then a
+malloc, must not wait for the next REFRESH_S, by which time a short process
+has gone), and every process again every
 REFRESH_S (dlopen, munmap, a growing heap, exec), that scan at most every
 TICK_S and READS_PER_TICK reads a turn. A read that finds no map (the process has exited;
 a zombie's map is empty) keeps the last one. Memory stays bounded: HISTORY
@@ -38,6 +41,7 @@ class NameCapture:
         self._snaps: OrderedDict[int, list[Snapshot]] = OrderedDict()
         self._read_at: dict[int, float] = {}
         self._last_tick = float("-inf")
+        self._pending: set[int] = set()    # processes with an event not yet read after it
         self._clock, self._read = clock, read
         self.build_ids: dict[tuple, str | None] = {}
         self.reads = 0
@@ -84,8 +88,10 @@ class NameCapture:
         ones, then the oldest reads. `pids`: the processes to keep, or a
         function that lists them (called only when a scan is due)."""
         now = self._clock()
-        for pid in changed:
+        self._pending.update(changed)
+        for pid in list(self._pending):
             if now - self._read_at.get(pid, float("-inf")) >= CHANGED_S:
+                self._pending.discard(pid)
                 self.snap(pid)
         if now - self._last_tick < TICK_S:
             return

@@ -12,7 +12,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from futextrace.naming import resolve
-from futextrace.naming.capture import REFRESH_S, NameCapture
+from futextrace.naming.capture import CHANGED_S, REFRESH_S, NameCapture
 from futextrace.naming.elfsyms import ElfCache
 from futextrace.naming.maps import Snapshot, parse_maps, stack_pointer
 from futextrace.naming.resolve import Namer
@@ -250,4 +250,25 @@ def test_a_process_with_a_new_event_is_read_again_at_once():
     cap.tick([7], changed={7})
     assert cap.reads == 2
     cap.tick([7], changed={7})           # the same instant: not again
+    assert cap.reads == 2
+
+
+def test_an_event_inside_the_changed_spell_is_read_when_the_spell_ends():
+    """CI saw it: a process's exec and its thread births came within CHANGED_S,
+    the births were dropped, the heap it had grown in between was never read
+    and its heap futexes were named unmapped (the process exited before REFRESH_S)."""
+    clock = [0.0]
+    maps = {"now": "1000-2000 r-xp 0 00:00 0 \n"}
+    cap = NameCapture(clock=lambda: clock[0], read=lambda pid: parse_maps(pid, maps["now"]))
+    cap.tick([7], changed={7})           # exec: read at once
+    assert cap.reads == 1
+    maps["now"] += "5000-6000 rw-p 0 00:00 0 [heap]\n"
+    clock[0] += CHANGED_S / 2
+    cap.tick([7], changed={7})           # threads born, inside the spell: kept for later
+    assert cap.reads == 1
+    clock[0] += CHANGED_S
+    cap.tick([7])                        # no new event, but one is owed
+    assert cap.reads == 2 and cap.snapshots(7)[0].find(0x5100) is not None
+    clock[0] += CHANGED_S
+    cap.tick([7])                        # paid: nothing more until REFRESH_S
     assert cap.reads == 2
