@@ -1,10 +1,13 @@
-"""An ELF file's data symbols, sections and loadable segments, parsed once.
+"""An ELF file's data and function symbols, sections and loadable segments,
+parsed once.
 
 pyelftools reads the headers (segments, sections, notes); the symbol tables are
 read as raw arrays (numpy over the section's bytes, where pyelftools' objects
-per symbol would take seconds for a large table) and only the data symbols
-that can name an address are kept: STT_OBJECT with a size above 0 and a
-section (STT_NOTYPE labels have no size), sorted by address for bisect. STT_TLS symbols are left out: their
+per symbol would take seconds for a large table) and only the symbols that can
+name an address are kept, each with a size above 0 and a section (STT_NOTYPE
+labels have no size), sorted by address for bisect, in two sets: data symbols
+(STT_OBJECT: what a futex address is) and functions (STT_FUNC, STT_GNU_IFUNC:
+where a call site is). STT_TLS symbols are left out: their
 value is an offset in each thread's TLS block, not an address in the file's
 image, so a TLS futex is named as the thread's stack or memory it lives in.
 
@@ -29,11 +32,12 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 DEBUG_ROOT = "/usr/lib/debug"
-MAX_SYMBOLS = 500_000              # data symbols kept per file
+MAX_SYMBOLS = 500_000              # data symbols kept per file, and as many functions
 MAX_TABLE_BYTES = 256 << 20        # a symbol or string table read at most this far
 CACHE_FILES = 64                   # parsed files kept (least recently used dropped)
 SHF_ALLOC, SHF_TLS = 0x2, 0x400
-STT_OBJECT = 1
+STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 1, 2, 10
+DATA_TYPES, FUNCTION_TYPES = (STT_OBJECT,), (STT_FUNC, STT_GNU_IFUNC)
 NESTED_LOOKBACK = 16               # symbols inside another (rare): how far back a lookup looks
 
 _SYM64 = [("name", "u4"), ("info", "u1"), ("other", "u1"), ("shndx", "u2"), ("value", "u8"), ("size", "u8")]
@@ -46,7 +50,7 @@ class NotElf(Exception):
 
 @dataclass
 class Symbols:
-    """Data symbols sorted by address: parallel arrays for bisect."""
+    """Symbols sorted by address: parallel arrays for bisect."""
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
@@ -74,6 +78,8 @@ class ElfInfo:
     symbols: Symbols
     tables: list[str]                           # where the symbols came from: ".symtab", ".dynsym", a debug file
     debuglink: str | None = None
+    functions: Symbols = field(default_factory=Symbols)   # STT_FUNC and STT_GNU_IFUNC, from the same tables
+    machine: str = ""                           # e_machine: "EM_X86_64", ...
 
     def section_at(self, vaddr: int) -> tuple[str, int] | None:
         """(name, start) of the section holding vaddr, or None."""
@@ -89,14 +95,21 @@ class ElfInfo:
                 return vaddr - off
         return None
 
+    def file_offset(self, vaddr: int) -> int | None:
+        """Where in the file the byte at vaddr is (the PT_LOAD with file bytes there), or None."""
+        for v, _memsz, off, filesz in self.loads:
+            if v <= vaddr < v + filesz:
+                return vaddr - v + off
+        return None
+
     def image_end(self) -> int:
         """The highest address the loaded image covers (the .bss end included)."""
         return max((v + m for v, m, _o, _f in self.loads), default=0)
 
 
-def _symbols_of(elf: ELFFile, f, names: tuple[str, ...]) -> tuple[Symbols, list[str]]:
-    """The data symbols of the first of `names` (".symtab", ".dynsym") present, merged."""
-    starts, ends, labels, used, truncated = [], [], [], [], False
+def _symbols_of(elf: ELFFile, f, names: tuple[str, ...]) -> tuple[Symbols, Symbols, list[str]]:
+    """(data symbols, functions, tables used) of the tables in `names` present, merged."""
+    tables, used, truncated = [], [], False
     for name in names:
         sec = elf.get_section_by_name(name)
         if sec is None or sec["sh_type"] == "SHT_NOBITS":
@@ -110,18 +123,29 @@ def _symbols_of(elf: ELFFile, f, names: tuple[str, ...]) -> tuple[Symbols, list[
         layout = _SYM64 if elf.elfclass == 64 else _SYM32
         dt = np.dtype([(n, ("<" if elf.little_endian else ">") + t) for n, t in layout])
         syms = np.frombuffer(raw[:len(raw) - len(raw) % dt.itemsize], dtype=dt)
-        keep = syms[((syms["info"] & 0xF) == STT_OBJECT) & (syms["size"] > 0) & (syms["shndx"] != 0)]
+        tables.append((syms[(syms["size"] > 0) & (syms["shndx"] != 0)], strings))
         used.append(name)
-        for off, value, size in zip(keep["name"].tolist(), keep["value"].tolist(), keep["size"].tolist()):
-            end = strings.find(b"\0", off)
-            labels.append(strings[off:end if end >= 0 else len(strings)].decode(errors="replace"))
-            starts.append(value)
-            ends.append(value + size)
-    order = sorted(range(len(starts)), key=starts.__getitem__)
+    return _kept(tables, DATA_TYPES, truncated), _kept(tables, FUNCTION_TYPES, truncated), used
+
+
+def _kept(tables: list, types: tuple[int, ...], truncated: bool) -> Symbols:
+    """The symbols of `types`, the MAX_SYMBOLS lowest by address: sorted and cut
+    with numpy before any name is decoded, so a huge table costs one pass."""
+    picked = [(t[np.isin(t["info"] & 0xF, types)], strings) for t, strings in tables]
+    values = np.concatenate([t["value"].astype(np.uint64) for t, _ in picked] or [np.zeros(0, np.uint64)])
+    sizes = np.concatenate([t["size"].astype(np.uint64) for t, _ in picked] or [np.zeros(0, np.uint64)])
+    offs = np.concatenate([t["name"].astype(np.int64) for t, _ in picked] or [np.zeros(0, np.int64)])
+    which = np.concatenate([np.full(len(t), i) for i, (t, _) in enumerate(picked)] or [np.zeros(0, int)])
+    order = np.argsort(values, kind="stable")
     if len(order) > MAX_SYMBOLS:
         order, truncated = order[:MAX_SYMBOLS], True
-    return Symbols([starts[i] for i in order], [ends[i] for i in order],
-                   [labels[i] for i in order], truncated), used
+    labels = []
+    for off, i in zip(offs[order].tolist(), which[order].tolist()):
+        strings = picked[i][1]
+        end = strings.find(b"\0", off)
+        labels.append(strings[off:end if end >= 0 else len(strings)].decode(errors="replace"))
+    starts = values[order].tolist()
+    return Symbols(starts, (values[order] + sizes[order]).tolist(), labels, truncated)
 
 
 def build_id_of(elf: ELFFile) -> str | None:
@@ -156,8 +180,10 @@ def parse(f, path: str) -> ElfInfo:
         elf = ELFFile(f)
         loads = [(s["p_vaddr"], s["p_memsz"], s["p_offset"], s["p_filesz"])
                  for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-        symbols, tables = _symbols_of(elf, f, (".symtab",) if elf.get_section_by_name(".symtab") else (".dynsym",))
-        return ElfInfo(path, build_id_of(elf), loads, _sections(elf), symbols, tables, _debuglink(elf))
+        symbols, functions, tables = _symbols_of(
+            elf, f, (".symtab",) if elf.get_section_by_name(".symtab") else (".dynsym",))
+        return ElfInfo(path, build_id_of(elf), loads, _sections(elf), symbols, tables, _debuglink(elf),
+                       functions, elf["e_machine"])
     except (ELFError, struct.error, ValueError, OSError, KeyError, IndexError) as e:
         raise NotElf(f"not a readable ELF file ({e})") from None
 
@@ -213,7 +239,7 @@ class ElfCache:
         return hit
 
     def with_debug_symbols(self, info: ElfInfo) -> ElfInfo:
-        """`info` with the symbols of its separate debug file where the file has no
+        """`info` with the symbols (data and functions) of its separate debug file where the file has no
         .symtab and one is installed (its build id matching)."""
         if ".symtab" in info.tables:
             return info
@@ -226,9 +252,9 @@ class ElfCache:
                 continue
             if ".symtab" not in dbg.tables:
                 continue
-            merged = _merge(info.symbols, dbg.symbols)
-            return ElfInfo(info.path, info.build_id, info.loads, info.sections, merged,
-                           info.tables + [cand], info.debuglink)
+            return ElfInfo(info.path, info.build_id, info.loads, info.sections, _merge(info.symbols, dbg.symbols),
+                           info.tables + [cand], info.debuglink, _merge(info.functions, dbg.functions),
+                           info.machine)
         return info
 
 

@@ -11,6 +11,7 @@ why; nothing is guessed from a neighbour.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from futextrace.naming.elfsyms import ElfCache, ElfInfo, NotElf
 from futextrace.naming.maps import Mapping, Snapshot
@@ -29,6 +30,17 @@ ANON = ("anonymous memory (mmap: a malloc arena, a thread stack not seen in a sy
         "no file, no symbol")
 ANON_EXEC = "anonymous executable memory (JIT code?): no file, no symbol"
 SHARED = "a shared file mapping: the futex is keyed by file and offset (global hash), no symbol"
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    """The file a mapping maps, parsed and checked to be the one mapped: `info`
+    (None, with `why`, when it cannot be had), its load bias (address - p_vaddr),
+    and `place`, where it was opened (/proc/PID/map_files/..., or its path)."""
+    info: ElfInfo | None
+    why: str | None
+    bias: int = 0
+    place: str | None = None
 
 
 def _entry(m: Mapping | None, kind: str, **kw) -> dict:
@@ -86,17 +98,17 @@ class Namer:
             return _entry(m, "shared_file", offset=off + m.offset, why_unknown=SHARED)
         return self._in_file(addr, m, snap, alive)
 
-    def _open(self, m: Mapping, pid: int, alive: bool) -> tuple[ElfInfo | None, str | None]:
-        """The file mapped at `m`, parsed: (info, None) or (None, why not)."""
+    def _open(self, m: Mapping, pid: int, alive: bool) -> tuple[ElfInfo | None, str | None, str | None]:
+        """The file mapped at `m`, parsed: (info, None, where opened) or (None, why not, None)."""
         places = ([f"/proc/{pid}/map_files/{m.range_name}"] if alive else []) + ([] if m.deleted else [m.path])
         if not places:
-            return None, "the file was deleted while mapped and the process has exited: its symbols are gone"
+            return None, "the file was deleted while mapped and the process has exited: its symbols are gone", None
         why = "the file could not be opened"
         for place in places:
             try:
                 info = self.cache.load(m.path, place)
             except NotElf as e:
-                return None, str(e)
+                return None, str(e), None
             except OSError as e:
                 why = f"the file could not be opened ({e.strerror})"
                 continue
@@ -104,8 +116,8 @@ class Namer:
                 why = self._replaced(m, info)
                 if why:
                     continue
-            return self.cache.with_debug_symbols(info), None
-        return None, why
+            return self.cache.with_debug_symbols(info), None, place
+        return None, why, None
 
     def _replaced(self, m: Mapping, info: ElfInfo) -> str | None:
         """Why the file now at m.path is not the one mapped, or None when it is."""
@@ -123,33 +135,32 @@ class Namer:
                         "its symbols would not be this process's")
         return None
 
-    def _file(self, m: Mapping, snap: Snapshot, alive: bool) -> tuple[ElfInfo | None, str | None, int]:
-        """(info, None, load bias) or (None, why not, 0) for the file of mapping
-        `m`, kept per mapping: naming many addresses opens and checks it once."""
+    def mapped_file(self, m: Mapping, snap: Snapshot, alive: bool) -> MappedFile:
+        """The file of mapping `m`, kept per mapping: naming many addresses (data
+        or code) opens and checks it once."""
         key = (snap.pid, m, alive)
         got = self._memo.get(key)
         if got is None:
-            info, why = self._open(m, snap.pid, alive)
-            bias = 0
+            info, why, place = self._open(m, snap.pid, alive)
+            got = MappedFile(info, why, 0, place)
             if info is not None:
                 # The load bias from the file's lowest mapping (offset 0: the first
                 # PT_LOAD), where page-rounded segments cannot be confused.
                 first = min(snap.file_mappings(m), key=lambda x: x.offset, default=m)
                 delta = info.vaddr_delta(first.offset)
-                if delta is None:
-                    info, why = None, "no loadable segment of the file maps this part"
-                else:
-                    bias = first.start - first.offset - delta
+                got = (MappedFile(None, "no loadable segment of the file maps this part") if delta is None
+                       else MappedFile(info, None, first.start - first.offset - delta, place))
             if len(self._memo) >= self.MEMO:
                 self._memo.clear()
-            got = self._memo[key] = (info, why, bias)
+            self._memo[key] = got
         return got
 
     def _in_file(self, addr: int, m: Mapping, snap: Snapshot, alive: bool, tail: Mapping | None = None) -> dict | None:
         """A name in a private file mapping (`tail`: the anonymous mapping after
         the file's rw- segment, its .bss beyond the file's pages; None returned
         when the address is past the file's image there)."""
-        info, why, bias = self._file(m, snap, alive)
+        mf = self.mapped_file(m, snap, alive)
+        info, why, bias = mf.info, mf.why, mf.bias
         if info is None:
             if tail is not None:
                 return None
@@ -168,9 +179,15 @@ class Namer:
 
 
 def _no_symbol_why(info: ElfInfo) -> str:
+    return no_symbol_why(info, "object", "data symbol", info.symbols.truncated)
+
+
+def no_symbol_why(info: ElfInfo, exported: str, what: str, truncated: bool) -> str:
+    """Why no symbol covers an address of `info`: `exported` ("object",
+    "function") is what .dynsym would have had, `what` the kind looked for."""
     if info.tables == [".dynsym"]:
         why = ("stripped: no .symtab and no separate debug file found (install its debug symbols, "
-               "e.g. the -dbgsym package); no exported object in .dynsym covers it")
+               f"e.g. the -dbgsym package); no exported {exported} in .dynsym covers it")
     else:
-        why = f"no data symbol covers it in {' + '.join(info.tables)} (a static or padding the linker did not name)"
-    return why + ("; the symbol table was cut at futextrace's limit" if info.symbols.truncated else "")
+        why = f"no {what} covers it in {' + '.join(info.tables)} (a static or padding the linker did not name)"
+    return why + ("; the symbol table was cut at futextrace's limit" if truncated else "")
