@@ -43,6 +43,9 @@ enum ft_counter {
 	                       * stops growing, the bucket counts stay exact */
 	FTC_BUCKETS_FULL,     /* per CPU, a flag: the same for `buckets` (its later new
 	                       * buckets are counted as unattributed) */
+	FTC_CALL_SITES,       /* call sites stored by this CPU (bpf/call_sites.h): its budget used */
+	FTC_CALL_SITES_OVER,  /* call sites not taken: this CPU's budget was spent */
+	FTC_CALL_SITES_LOST,  /* call sites not stored: no user stack, or `call_sites` full */
 	FTC_NR,
 };
 
@@ -212,6 +215,32 @@ enum ft_lock_counter {
 	FTL_WAITS_LOST = 0,   /* bucket-lock waits not stored: lock_waits map full, or a
 	                       * begin/end pair over a second apart (an end the kernel skipped) */
 	FTL_NR,
+};
+
+/* Call sites (bpf/call_sites.h): the user stack of a futex's first lookup
+ * (what FT_SITE_FIRST, nth 0) and of its first bucket-lock waits (FT_SITE_WAIT,
+ * nth 1..CALL_SITE_WAITS, counted per CPU: a few stacks, user space dedups). */
+/* Frames kept per stack; bucket-lock waits per CPU and futex whose stack is taken. */
+#define CALL_SITE_DEPTH 16
+#define CALL_SITE_WAITS 3
+
+enum ft_site_what {
+	FT_SITE_FIRST = 0,
+	FT_SITE_WAIT = 1,
+};
+
+struct call_site_key {
+	u32 tgid;
+	u16 what;             /* enum ft_site_what */
+	u16 nth;
+	u64 uaddr;            /* the futex (user address) */
+};
+
+struct call_site {
+	u32 nr_frames;        /* ips[] filled: frame 0 is the user ip at the syscall, then
+	                       * return addresses found by walking frame pointers */
+	u32 pad;
+	u64 ips[CALL_SITE_DEPTH];
 };
 
 #endif /* FUTEXTRACE_H */

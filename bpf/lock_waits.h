@@ -127,7 +127,7 @@ static __always_inline int on_contention_begin(u64 lock)
 	return 0;
 }
 
-static __always_inline int on_contention_end(u64 lock)
+static __always_inline int on_contention_end(void *ctx, u64 lock)
 {
 	u32 zero = 0;
 	struct lock_inflight *in = lock_inflight.lookup(&zero);
@@ -159,6 +159,9 @@ static __always_inline int on_contention_end(u64 lock)
 	st->wait_ns += dt;
 	if (dt > st->max_ns)
 		st->max_ns = dt;
+	/* The waiter is still in its syscall: its user stack is the wait's call site. */
+	if (key.uaddr && st->waits <= CALL_SITE_WAITS)
+		capture_call_site(ctx, key.tgid, key.uaddr, FT_SITE_WAIT, st->waits);
 	return 0;
 }
 
@@ -170,7 +173,7 @@ int ft_btf_contention_begin(u64 *ctx)
 
 int ft_btf_contention_end(u64 *ctx)
 {
-	return on_contention_end(ctx[0]);
+	return on_contention_end(ctx, ctx[0]);
 }
 
 int ft_raw_contention_begin(struct bpf_raw_tracepoint_args *ctx)
@@ -180,7 +183,7 @@ int ft_raw_contention_begin(struct bpf_raw_tracepoint_args *ctx)
 
 int ft_raw_contention_end(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_contention_end(ctx->args[0]);
+	return on_contention_end(ctx, ctx->args[0]);
 }
 
 #endif /* FT_MAPS_ONLY */

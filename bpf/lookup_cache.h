@@ -38,7 +38,8 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
 
 /*
  * Account one futex key lookup as the kernel's __futex_hash() would do it.
- * `phash` is nonzero when mm has a private hash (its address in the kprobe
+ * `ctx` is the program's, for the call site of a futex's first lookup
+ * (bpf/call_sites.h). `phash` is nonzero when mm has a private hash (its address in the kprobe
  * and fentry methods, the has_phash flag in the tracepoint method),
  * `hmask`/`hstate` its hash_mask and state; `flags_private` says the key is a private one (FUTEX_PRIVATE_FLAG /
  * FUTEX2_PRIVATE); `node` is the NUMA node of the key (FUTEX2_NUMA, or what
@@ -55,7 +56,7 @@ static __always_inline u32 slot_of(struct futex_stat_key *key)
  * every time and checked against the bucket and node the kernel returned
  * (kernel_node -1: the private hash).
  */
-static __always_inline void account_lookup(u32 tgid, u64 mm, u64 phash, u32 hmask, u32 hstate,
+static __always_inline void account_lookup(void *ctx, u32 tgid, u64 mm, u64 phash, u32 hmask, u32 hstate,
 					   u64 uaddr, int flags_private, s32 node,
 					   u32 kernel_bucket, s32 kernel_node)
 {
@@ -88,6 +89,7 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 phash, u32 hmas
 		return;
 #endif
 	if (first_seen(&key)) {
+		capture_call_site(ctx, key.tgid, key.uaddr, FT_SITE_FIRST, 0);
 		count_first(&key, atomic, bucket, bnode, kernel_bucket);
 		return;
 	}
@@ -112,7 +114,7 @@ static __always_inline void account_lookup(u32 tgid, u64 mm, u64 phash, u32 hmas
 /* The same, straight into the maps, bypassing the cache: for the
  * futex_waitv loop, where the cache's branches would multiply the states the
  * verifier walks per entry past its limit. Not a hot path. */
-static __always_inline void account_direct(u32 tgid, u64 phash, u32 hmask, u32 hstate,
+static __always_inline void account_direct(void *ctx, u32 tgid, u64 phash, u32 hmask, u32 hstate,
 					   u64 uaddr, int flags_private, s32 node)
 {
 	struct cache_slot cs = {};
@@ -125,6 +127,8 @@ static __always_inline void account_direct(u32 tgid, u64 phash, u32 hmask, u32 h
 	bucket_of(&key, 0, node, &bucket, &bnode);
 	fill_slot(&cs, &key, atomic, bucket, bnode, ~0, 0);
 	u32 first = first_seen(&key);
+	if (first)
+		capture_call_site(ctx, key.tgid, key.uaddr, FT_SITE_FIRST, 0);
 	/* Straight to the maps: the per-bucket cache's branches, too, would
 	 * multiply the verifier's states per entry. */
 	if (!flush_to_futexes(&cs, first)) {

@@ -19,6 +19,7 @@
 #include "futex_hash.h"
 #include "tiers.h"
 #include "seen_filter.h"
+#include "call_sites.h"
 #include "lookup_cache.h"
 #include "task_memo.h"
 #include "task_events.h"
@@ -82,7 +83,7 @@ int kr_futex_hash(struct pt_regs *ctx)
 	if (!priv)
 		check_shared(&key, kbucket, knode);
 	u64 uaddr = key.word + (key.offset & ~3U);
-	account_lookup(id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv, key.node,
+	account_lookup(ctx, id >> 32, priv ? key.ptr : 0, fph, mask, state, uaddr, priv, key.node,
 		       kbucket, knode);
 	return 0;
 }

@@ -53,6 +53,7 @@
 #include "futex_hash.h"
 #include "tiers.h"
 #include "seen_filter.h"
+#include "call_sites.h"
 #include "lookup_cache.h"
 #include "task_memo.h"
 #include "task_events.h"
@@ -104,7 +105,7 @@ static __always_inline s32 futex2_node(u64 uaddr, u32 flags)
 
 /* One futex2 key: futex_wait/futex_wake through the cache, a
  * futex_waitv/futex_requeue entry (`direct`) straight into the map. */
-static __always_inline void account_futex2(u32 tgid, u64 has_phash, u32 hmask, u32 hstate,
+static __always_inline void account_futex2(void *ctx, u32 tgid, u64 has_phash, u32 hmask, u32 hstate,
 					   u64 uaddr, u32 flags, int direct)
 {
 	s32 node = futex2_node(uaddr, flags);
@@ -115,9 +116,9 @@ static __always_inline void account_futex2(u32 tgid, u64 has_phash, u32 hmask, u
 		return;
 	}
 	if (direct)
-		account_direct(tgid, has_phash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node);
+		account_direct(ctx, tgid, has_phash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node);
 	else
-		account_lookup(tgid, 0, has_phash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node,
+		account_lookup(ctx, tgid, 0, has_phash, hmask, hstate, uaddr, !!(flags & FUTEX2_PRIVATE_), node,
 			       ~0, -1);
 }
 
@@ -196,7 +197,7 @@ static __always_inline int waitv_chunk(void *ctx)
 				*c += n - i;
 			return 0;
 		}
-		account_futex2(w->tgid, w->has_phash, w->hmask, w->hstate, e.uaddr, e.flags, 1);
+		account_futex2(ctx, w->tgid, w->has_phash, w->hmask, w->hstate, e.uaddr, e.flags, 1);
 		u32 now = 0;
 		if (w->is_waitv && !bpf_probe_read_user(&now, sizeof(now), (void *)e.uaddr) &&
 		    now != (u32)e.val)
@@ -300,17 +301,17 @@ static __always_inline int futex_call(void *ctx, u64 nr, u32 tgid, u64 has_phash
 		int priv = !!(op & FUTEX_PRIVATE_FLAG_);
 		if (nkeys == 0 || (uaddr & 3))
 			return 0;
-		account_lookup(tgid, mm, has_phash, hmask, hstate, uaddr, priv, -1, ~0, -1);
+		account_lookup(ctx, tgid, mm, has_phash, hmask, hstate, uaddr, priv, -1, ~0, -1);
 		if (nkeys == 2) {
 			u64 uaddr2 = LOAD(u64, regs, OFF_REGS_R8);
 			if (!(uaddr2 & 3))
-				account_lookup(tgid, mm, has_phash, hmask, hstate, uaddr2, priv, -1, ~0, -1);
+				account_lookup(ctx, tgid, mm, has_phash, hmask, hstate, uaddr2, priv, -1, ~0, -1);
 		}
 		return 0;
 	}
 	if (nr == NR_futex_wait || nr == NR_futex_wake) {
 		/* futex_wake(uaddr, mask, nr, flags); futex_wait(uaddr, val, mask, flags, ...) */
-		account_futex2(tgid, has_phash, hmask, hstate, uaddr, LOAD(u64, regs, OFF_REGS_R10), 0);
+		account_futex2(ctx, tgid, has_phash, hmask, hstate, uaddr, LOAD(u64, regs, OFF_REGS_R10), 0);
 		return 0;
 	}
 	if (nr == NR_futex_requeue)

@@ -174,6 +174,38 @@ class ProcessFutexList(TypedDict):
     not_listed_lookups: int
 
 
+class Frame(TypedDict):
+    """One frame of a call site's user stack (futextrace/naming/callsites.py)."""
+    ip: str                        # hex
+    function: Optional[str]        # the function symbol covering ip; None: see why_unknown
+    offset: Optional[int]          # ip - the function's start
+    mapping: Optional[str]         # the file (or [anon], ...) holding ip
+    trusted: bool                  # reached through frame pointers every function before it keeps
+    why_unknown: Optional[str]
+
+
+class CallSite(TypedDict, total=False):
+    """A user stack taken at a futex's first lookup or at a bucket-lock wait."""
+    frames: list[Frame]            # frame 0: the user ip at the futex syscall
+    trusted_frames: int            # the leading frames to trust
+    ends: str                      # why the trustworthy part stops there
+    count: int                     # lock waits: how many of the stacks taken were this one
+
+
+class CallSites(TypedDict):
+    """futex_names[].call_sites (record and explain take them; --no-call-sites: absent)."""
+    first_lookup: Optional[CallSite]   # None: not taken (budget spent, before the run, or a repeat)
+    lock_waits: list[CallSite]         # distinct stacks of its first waits per CPU, most first
+
+
+class CallSiteBudget(TypedDict):
+    """The recording's call_sites: how many stacks the program took, and did not."""
+    stacks: int                    # stored (first lookups and lock waits, all processes)
+    over_budget: int               # not taken: the CPU had taken per_cpu_budget already
+    lost: int                      # not stored: no user stack to walk, or the map full
+    per_cpu_budget: int
+
+
 class FutexName(TypedDict, total=False):
     """processes[].futex_names[hex address]: what the futex is (futextrace/naming/)."""
     mapping: Optional[str]         # the file's path, "[heap]", "[stack]", "[anon]", "[anon:NAME]"; None: unmapped
@@ -183,6 +215,7 @@ class FutexName(TypedDict, total=False):
     offset: Optional[int]          # from the symbol's start, else the section's, else the mapping's
     tid: Optional[int]             # thread_stack: the thread whose stack it is (None: known by layout only)
     why_unknown: Optional[str]     # why no symbol names it; None when one does
+    call_sites: CallSites          # where its lookups and waits came from (user stacks)
 
 
 class Process(TypedDict, total=False):
@@ -495,6 +528,7 @@ class Recording(TypedDict, total=False):
     monotonic_start_ns: int
     window: Window
     contention: Contention
+    call_sites: CallSiteBudget
     command: Command
     attach_s: float
     attach_phases_s: AttachPhases

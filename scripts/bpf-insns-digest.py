@@ -43,6 +43,8 @@ VARIANTS = {
         ("comm-live", {"comms": ["x"], "tgid_map": True}, []),
         ("comm-at-exec", {"tgid_map": True, "exec_comms": ["x"]}, ["-DTP_BTF_ONLY"]),
         ("pids-tids-prctl", {"pids": [1], "tids": [1]}, ["-DPRCTL_EXIT", "-DTP_BTF_ONLY"]),
+        ("call-sites", {}, ["-DCALL_SITES"]),
+        ("call-sites-comm", {"comms": ["x"]}, ["-DCALL_SITES", "-DTP_BTF_ONLY"]),
     ],
     "kprobe": [
         ("plain", {}, []),
@@ -50,12 +52,14 @@ VARIANTS = {
         ("comm-at-exec", {"tgid_map": True, "exec_comms": ["x"]}, []),
         ("hash-returns-ref", {}, ["-UBUCKET_HAS_PRIV", "-DHASH_RETURNS_REF"]),
         ("bucket-has-priv", {}, ["-UHASH_RETURNS_REF", "-DBUCKET_HAS_PRIV", "-DOFF_HB_PRIV=8"]),
+        ("call-sites", {}, ["-DCALL_SITES"]),
     ],
     # The fentry method's kernels (6.17-7.1) have hb->priv: its offset, made up where absent.
     "fentry": [
         ("plain", {}, ["-UHASH_RETURNS_REF", "-DBUCKET_HAS_PRIV", "-DOFF_HB_PRIV=8"]),
         ("comm", {"comms": ["x"]}, ["-UHASH_RETURNS_REF", "-DBUCKET_HAS_PRIV", "-DOFF_HB_PRIV=8"]),
         ("hash-put", {}, ["-UHASH_RETURNS_REF", "-DBUCKET_HAS_PRIV", "-DOFF_HB_PRIV=8", "-DFENTRY_HASH_PUT"]),
+        ("call-sites", {}, ["-UHASH_RETURNS_REF", "-DBUCKET_HAS_PRIV", "-DOFF_HB_PRIV=8", "-DCALL_SITES"]),
     ],
 }
 
@@ -111,7 +115,8 @@ def main() -> int:
             continue
         text = source_for(method)
         for name, fkw, extra in variants:
-            flags = cflags_for(model, method, Filters(**fkw), 4096, 4) + extra
+            sites = "-DCALL_SITES" in extra       # with the call-site map sized as record sizes it
+            flags = cflags_for(model, method, Filters(**fkw), 4096, 4, sites) + [x for x in extra if x != "-DCALL_SITES"]
             funcs, described = digests(BPF, text, flags, a.stack_blind)
             _, maps_only = digests(BPF, text, flags + ["-DFT_MAPS_ONLY"])
             maps = hashlib.sha256(json.dumps(sorted(described.items())).encode()).hexdigest()[:16]

@@ -46,7 +46,7 @@ def command(pids, duration, json_path, quiet, verbose, command):
     json_out = open_output(json_path) if json_path else None
     # explain is about why: exact prctl results are worth their cost here.
     opts = RecordOptions(pids=list(pids), duration=duration, method="auto", exact_prctl=True,
-                         command_stdout_to_stderr=json_path == "-")
+                         call_sites=True, command_stdout_to_stderr=json_path == "-")
     rec = record_command(list(command), opts) if command else record_pids(opts)
     expl = explained(rec, json_path)   # `diff` reads the recording in explain's JSON: the "before"
     if pids:   # only the asked-for processes, not the children they forked

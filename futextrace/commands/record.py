@@ -63,10 +63,13 @@ Examples:
 @click.option("--slots", "command_slots", type=click.IntRange(min=0), metavar="N",
               help="with -- COMMAND: start it with N futex hash buckets (0: the global hash), "
                    "set before its first instruction as `futextrace run` does; kept in the JSON")
+@click.option("--no-call-sites", "no_call_sites", is_flag=True,
+              help="take no user stacks (the call site of each futex's first lookup and of its first "
+                   "bucket-lock waits): saves their cost, a few microseconds per new futex and wait")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamps, jsonl_path,
             json_path, method, max_futexes, exact_prctl, rt_priority, quiet, verbose, command_slots,
-            command):
+            no_call_sites, command):
     """Trace futex hash lookups, refcount traffic and resizes.
 
     With -- COMMAND, starts the command and traces it (and processes it forks)
@@ -90,7 +93,7 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
                          hash_kind=hash_kind, duration=duration, interval=interval, method=method,
                          max_futexes=max_futexes, timestamps=timestamps,
                          exact_prctl=exact_prctl, command_slots=command_slots,
-                         command_stdout_to_stderr="-" in (json_path, jsonl_path))
+                         call_sites=not no_call_sites, command_stdout_to_stderr="-" in (json_path, jsonl_path))
     outputs = RecordOutputs(live_out=LiveView(jsonio.stdout_output()), jsonl=jsonl)
     rec = (record_command(list(command), opts, outputs=outputs) if command
            else record_pids(opts, outputs=outputs))

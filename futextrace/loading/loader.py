@@ -19,6 +19,7 @@ from futextrace.kernel.layout import bpf_dir, header_text
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
 from futextrace.loading import lockwaits, fentry, kprobes, preconditions, tpbtf
 from futextrace.loading.bpfsys import prog_stats
+from futextrace.loading.callsites import call_site_macros
 from futextrace.loading.lockwaits import lockwait_macros
 from futextrace.loading.kprobes import attach_kprobes
 from futextrace.loading.progcache import compile_program
@@ -27,7 +28,8 @@ METHODS = ("fentry", "kprobe", "tracepoint")
 # The bpf/ headers source_for() pastes where a program's text #includes them
 # (each at most once): all but futextrace.h, which declares no map. Their jobs:
 # docs/architecture.md, "Kernel side".
-HOT_PATH_HEADERS = ("maps.h", "filters.h", "futex_hash.h", "tiers.h", "seen_filter.h", "lookup_cache.h",
+HOT_PATH_HEADERS = ("maps.h", "filters.h", "futex_hash.h", "tiers.h", "seen_filter.h", "call_sites.h",
+                    "lookup_cache.h",
                     "task_memo.h", "task_events.h", "kernel_bucket.h")
 # Per-CPU slots of the lookup cache (64 bytes each): 2048 (128 KiB) so that
 # `perf bench futex hash`'s default, 1024 futexes per thread, is all cache
@@ -173,7 +175,7 @@ def _size_macros(max_futexes: int, ncpu_ids: int) -> dict[str, int]:
 
 
 def cflags_for(model, method: str, filters: Filters, max_futexes: int,
-               ncpu_ids: int | None = None) -> list[str]:
+               ncpu_ids: int | None = None, call_sites: bool = False) -> list[str]:
     off = {
         "OFF_TASK_MM": _need(model, "task_struct.mm"),
         "OFF_TASK_SIGNAL": _need(model, "task_struct.signal"),
@@ -207,7 +209,9 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
     off.update(_size_macros(max_futexes, ncpu_ids or nr_cpu_ids()))
+    off.update(call_site_macros(call_sites, ncpu_ids or nr_cpu_ids()))
     flags = [f"-D{k}={v}" for k, v in {**off, **lockwait_macros(model)}.items()]
+    flags += ["-DCALL_SITES"] if call_sites else []
     flags += filter_cflags(method, filters)
     flags += _method_cflags(model, method)
     flags += [f"-I{bpf_dir()}", "-Wno-macro-redefined", "-Wno-unused-function"]
@@ -292,7 +296,8 @@ class Program:
 
     def __init__(self, model, method: str, filters: Filters | None = None,
                  max_futexes: int | None = None, extra_cflags: list[str] | None = None,
-                 exact_prctl: bool = False, before_counting=None, contention: bool = True):
+                 exact_prctl: bool = False, before_counting=None, contention: bool = True,
+                 call_sites: bool = False):
         _check_can_load(method)
         bcc_environment()
         from bcc import BPF  # after bcc_environment(): BCC reads the header path at compile time
@@ -312,7 +317,9 @@ class Program:
         self.ncpu_ids = nr_cpu_ids()
         self.futex_cache_slots = futex_cache_slots(self.ncpu_ids)     # per CPU, as compiled in
         self.bucket_cache_slots = bucket_cache_slots(self.ncpu_ids)
-        cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids) + (extra_cflags or [])
+        self.call_sites = call_sites      # the user stacks of first lookups and lock waits (bpf/call_sites.h)
+        cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids,
+                            call_sites) + (extra_cflags or [])
         if self.exact_prctl:
             cflags.append("-DPRCTL_EXIT")
         self._bpf = None

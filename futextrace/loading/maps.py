@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from futextrace.kernel.layout import COUNTER, KIND
-from futextrace.loading import lockwaits, exact
+from futextrace.loading import callsites, exact, lockwaits
 from futextrace.loading.batchread import batch_futex_map
 from futextrace.loading.loader import SEEN_K, SEEN_WORDS_PER_KEY
 
@@ -189,6 +189,10 @@ class MapReader:
     def lock_wait_rows(self) -> list[dict]:
         """The lock_waits map's rows ([] where the lock tracepoints are not attached)."""
         return lockwaits.read_waits(self.program.bpf) if lockwaits.attached(self.program) else []
+
+    def call_sites(self) -> list[dict]:
+        """The user stacks of first lookups and lock waits (loading/callsites.py)."""
+        return callsites.read(self.program)
 
     def delete_lock_waits(self, tgids: set[int]) -> None:
         """Drop these processes' lock_waits entries (serve's forgotten processes)."""

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, replace
 
 from futextrace.acting import launch
+from futextrace.loading import callsites
 from futextrace.loading.maps import MapReader
 from futextrace.naming.capture import NameCapture
 from futextrace.naming.recorded import name_processes
@@ -88,7 +89,10 @@ class Recorder:
     def recording(self, duration: float) -> dict:
         """The recording, each listed futex address named (processes[].futex_names)."""
         rec = assemble.recording(self.session, self.reader, duration, self.live.rows)
-        name_processes(rec, self.names)
+        sites = self.reader.call_sites() if self.opts.call_sites else None
+        name_processes(rec, self.names, sites=sites)
+        if sites is not None:
+            rec["call_sites"] = callsites.summary(self.session.program, sites)
         return rec
 
 

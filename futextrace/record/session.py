@@ -56,6 +56,7 @@ class RecordOptions:
     command_stdout_to_stderr: bool = False   # our stdout carries JSON: the command's goes to stderr
     command_slots: int | None = None  # record --slots: the command's hash size, set at its exec
     comm_in_bpf: bool = False         # --comm: compare names in BPF even where the proc connector works
+    call_sites: bool = False          # user stacks at first lookups and lock waits (bpf/call_sites.h): record on, serve off
 
     def __post_init__(self):
         for name in ("pids", "tids", "comms", "cgroups"):
@@ -160,7 +161,8 @@ class TraceSession:
             self.why = "; ".join([why, *failed])
             try:
                 self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
-                                       exact_prctl=self.opts.exact_prctl, before_counting=fill)
+                                       exact_prctl=self.opts.exact_prctl, before_counting=fill,
+                                       call_sites=self.opts.call_sites)
                 break
             except (EnvironmentProblem, KernelRefused) as e:
                 if i == len(self._candidates) - 1:

@@ -6,6 +6,12 @@
  * `--slots N` sets the process's futex hash to N buckets itself (prctl).
  * Prints "NAME 0xADDRESS" for every word, for tests/host/test_names.py.
  *
+ * Call sites: touch() makes the syscall itself (no libc wrapper, which is
+ * built without frame pointers), so a user stack walked by frame pointers
+ * reads touch ← its caller: settle_accounts (orders_mutex, ledger_gate),
+ * reserve_stock (stock_latch, audit_flag, tail_gate), drain_queue (the heap
+ * words) and worker (its stack word). None of them is inlined.
+ *
  *   gcc -O1 -pthread -fno-omit-frame-pointer -o named_futexes named_futexes.c
  */
 #define _GNU_SOURCE
@@ -30,10 +36,47 @@ static int *heap_words;
 static double seconds = 1.0;
 static volatile int stop;
 
-static void touch(int *w)
+static long futex_call(int *w, long op, long val)
 {
-	syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, *w + 1, NULL, NULL, 0);
-	syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	register long timeout __asm__("r10") = 0;
+	long ret;
+	__asm__ volatile("syscall" : "=a"(ret) : "0"((long)SYS_futex), "D"(w), "S"(op), "d"(val), "r"(timeout)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+
+/* Not a leaf: GCC gives a leaf function no frame pointer even with
+ * -fno-omit-frame-pointer, and a walk past it skips its caller. */
+__attribute__((noinline)) void touched(int *w)
+{
+	__asm__ volatile("" : : "r"(w) : "memory");
+}
+
+/* futex_call is inlined here on purpose: the syscall's user ip is in touch. */
+__attribute__((noinline)) void touch(int *w)
+{
+	futex_call(w, FUTEX_WAIT_PRIVATE, *w + 1);
+	futex_call(w, FUTEX_WAKE_PRIVATE, 1);
+	touched(w);
+}
+
+__attribute__((noinline)) void settle_accounts(void)
+{
+	touch(&orders_mutex);
+	touch(&ledger_gate);
+}
+
+__attribute__((noinline)) void reserve_stock(void)
+{
+	touch(&stock_latch);
+	touch(&audit_flag);
+	touch(&tail_gate);
+}
+
+__attribute__((noinline)) void drain_queue(void)
+{
+	touch(&heap_words[0]);
+	touch(&heap_words[16]);
 }
 
 static void *worker(void *arg)
@@ -43,14 +86,10 @@ static void *worker(void *arg)
 	while (!stop) {
 		/* The globals three times as often: they lead their buckets' address lists. */
 		for (int i = 0; i < 3; i++) {
-			touch(&orders_mutex);
-			touch(&stock_latch);
-			touch(&ledger_gate);
-			touch(&audit_flag);
-			touch(&tail_gate);
+			settle_accounts();
+			reserve_stock();
 		}
-		touch(&heap_words[0]);
-		touch(&heap_words[16]);
+		drain_queue();
 		touch(&local_word);
 	}
 	return NULL;

@@ -72,6 +72,26 @@ def require_kprobes() -> None:
         pytest.skip(why)
 
 
+def require_fentry() -> None:
+    """Skip where the fentry method cannot run; fail where the harness expects it
+    (6.17-7.1: futex_hash returns a pointer)."""
+    from futextrace.kernel.modelcache import load_running
+    from futextrace.loading import fentry
+    why = fentry.refusal(load_running()[0])
+    if why and expected("fentry") and "by value" not in why:
+        pytest.fail(f"FUTEXTRACE_EXPECT_METHODS names fentry, but {why}")
+    if why:
+        pytest.skip(why)
+
+
+def require_method(method: str) -> None:
+    """Skip (or fail, where the harness expects it) unless `method` can run here."""
+    if method == "kprobe":
+        require_kprobes()
+    elif method == "fentry":
+        require_fentry()
+
+
 def in_vm_guest() -> bool:
     return bool(os.environ.get("FUTEXTRACE_IN_VM"))
 

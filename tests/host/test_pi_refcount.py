@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.host import FT, REPO, expected, kernel_symbols, limit, needs_bpf, require_kprobes
+from tests.helpers.host import FT, REPO, kernel_symbols, limit, needs_bpf, require_fentry, require_kprobes
 
 pytestmark = [pytest.mark.root, needs_bpf]
 DATA = Path(__file__).parent.parent / "data"
@@ -67,16 +67,6 @@ class CallCounter:
         self.bpf.cleanup()
 
 
-def require_fentry() -> None:
-    """Skip where the fentry method cannot run; fail where the harness expects it
-    (6.17-7.1: futex_hash returns a pointer)."""
-    from futextrace.kernel.modelcache import load_running
-    from futextrace.loading import fentry
-    why = fentry.refusal(load_running()[0])
-    if why and expected("fentry") and "by value" not in why:
-        pytest.fail(f"FUTEXTRACE_EXPECT_METHODS names fentry, but {why}")
-    if why:
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="module", params=["kprobe", "fentry"])

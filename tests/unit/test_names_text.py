@@ -73,6 +73,44 @@ def test_the_lock_wait_table_names_the_waiting_futexes():
     assert "0x10 orders_mutex (2), 0x20 (1)" in text
 
 
+def _stack(*frames, trusted=None, count=None) -> dict:
+    """A symbolized stack (naming/callsites.py's shape) of (function, offset) frames."""
+    fr = [{"ip": hex(0x1000 + i), "function": f, "offset": o, "mapping": "/opt/myapp", "trusted": True,
+           "why_unknown": None} for i, (f, o) in enumerate(frames)]
+    out = {"frames": fr, "trusted_frames": len(fr) if trusted is None else trusted, "ends": "the stack ends here"}
+    return out if count is None else {**out, "count": count}
+
+
+def test_call_sites_follow_the_name_in_the_legend_and_the_wait_table():
+    rec = named(json.loads((DATA / "recording-tp-auto.json").read_text()))
+    names = rec["processes"][0]["futex_names"]
+    first = next(iter(names))
+    names[first] = {**names[first], "call_sites": {
+        "first_lookup": _stack(("touch", 0x1c), ("settle_accounts", 0x18), ("worker", 0x9)),
+        "lock_waits": []}}
+    legend = render_text(rec).split("the addresses above:\n")[1].splitlines()
+    assert legend[0].endswith("ledger_gate (myapp .bss) ← touch+0x1c ← settle_accounts+0x18"), legend[0]
+    assert not legend[1].count("←")                         # no stack taken: nothing invented
+    # waits: two stacks that differ past the frames shown are one line, their counts added;
+    # an untrusted caller is shown as "?"
+    waits = [_stack(("touch", 0x22), ("settle_accounts", 0x10), ("worker", 1), count=2),
+             _stack(("touch", 0x22), ("settle_accounts", 0x10), ("worker", 9), count=2),
+             _stack(("syscall", 0x1d), ("main", 0x40), trusted=1, count=3)]
+    c = {"status": "attached (tp_btf)", "waits": 7, "wait_ns": 7000, "wait_ms_per_s": 0.007, "window_s": 1.0,
+         "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
+         "processes": [{"pid": 7, "comm": "myapp", "waits": 7, "wait_ns": 7000, "wait_ms_per_s": 0.007,
+                        "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
+                        "buckets_waited": 1,
+                        "buckets": [{"bucket": 1, "buckets": 2, "waits": 7, "wait_ns": 7000, "max_ns": 1000,
+                                     "cause": "same_futex",
+                                     "futexes": [{"uaddr": "0x10", "waits": 7, "wait_ns": 7000}]}]}]}
+    names = {7: {"0x10": {"mapping": "/opt/myapp", "kind": "file", "section": ".data", "symbol": "orders_mutex",
+                          "offset": 0, "why_unknown": None, "call_sites": {"first_lookup": None, "lock_waits": waits}}}}
+    text = lockwait_lines(c, names=names)
+    assert text[text.index("    waited on from:") + 1] == \
+        "      0x10 orders_mutex ← touch+0x22 ← settle_accounts+0x10 | syscall+0x1d ← ?"
+
+
 def test_explain_names_the_futexes_sharing_a_bucket_only_with_names():
     rec = json.loads((DATA / "recording-tp-auto.json").read_text())
     plain = T.explained(rec)["processes"][0]["recommendation"]

@@ -62,7 +62,7 @@ echo $rc > {out}/status.tmp && mv {out}/status.tmp {out}/status
 GUEST_TESTS = ("tests/host/test_guest_smoke.py tests/host/test_doctor.py tests/host/test_record.py "
                "tests/host/test_explain.py tests/host/test_fidelity.py tests/host/test_pi_refcount.py "
                "tests/host/test_attach_state.py tests/host/test_progcache.py tests/host/test_lockwaits.py "
-               "tests/host/test_migrate.py tests/host/test_exact_futexes.py")
+               "tests/host/test_migrate.py tests/host/test_exact_futexes.py tests/host/test_call_sites.py")
 GUEST_TESTS += " tests/host/test_serve_guest.py" if os.environ.get("FUTEXTRACE_VM_SERVE") else ""  # opt-in
 
 # Tests of the host list whose outcome does not depend on the kernel (the CLI's

@@ -2,7 +2,7 @@
 buckets that waited most (analysis/lockwaits.py builds the section)."""
 from __future__ import annotations
 
-from futextrace.output.text.names_text import with_name
+from futextrace.output.text.names_text import wait_call_sites, with_name
 from futextrace.output.text.words import blind_spot_lines, count_noun
 from futextrace.recording import Contention
 
@@ -28,6 +28,16 @@ def _ms_per_s(v: float | None) -> str:
 NOT_VISIBLE = ("  n/a: no private-hash lookup was traced, and only private-hash bucket locks are "
                "(the global hash's, used by shared futexes and processes without a private hash, "
                "are not traced)")
+
+
+def _waited_from(buckets: list[dict], named: dict | None, most: int = 6) -> list[str]:
+    """Where the waits on the futexes shown came from (their call sites), one line a futex."""
+    shown = [f["uaddr"] for b in buckets for f in b["futexes"][:4] if f["uaddr"]]
+    rows = [(a, wait_call_sites(named[a])) for a in dict.fromkeys(shown) if named and a in named]
+    rows = [(a, sites) for a, sites in rows if sites][:most]
+    if not rows:
+        return []
+    return ["    waited on from:"] + [f"      {with_name(a, named)} ← {' | '.join(sites)}" for a, sites in rows]
 
 
 def lockwait_lines(c: Contention | None, top: int = 5, names: dict[int, dict] | None = None) -> list[str]:
@@ -59,6 +69,7 @@ def lockwait_lines(c: Contention | None, top: int = 5, names: dict[int, dict] | 
                                 for f in b["futexes"][:4])
             out.append(f"    {b['bucket']:>5}/{b['buckets']:<4} {b['waits']:>9,} {_ms(b['wait_ns']):>12} "
                        f"{_us(b['max_ns']):>10}  {b['cause'].replace('_', ' '):<11} {futexes}")
+        out += _waited_from(p["buckets"][:top], (names or {}).get(p["pid"]))
         rest = p["buckets"][top:]
         if rest:   # the rows above then add up to the process's line, with this one
             out.append(f"    ... {count_noun(len(rest), 'more bucket')} with "

@@ -1,11 +1,13 @@
 """A futex's name (processes[].futex_names, futextrace/naming/) in words:
 `ledger_gate (myapp .bss)`, `myapp .bss+0x4480 (no symbol: stripped)`,
-`[heap]+0x2a0`, `stack of thread 1235`. Recordings without names show
-nothing more than before."""
+`[heap]+0x2a0`, `stack of thread 1235`, with the call site of its first
+lookup where the recording has one: `← touch+0x1c ← settle_accounts+0x18`.
+Recordings without names show nothing more than before."""
 from __future__ import annotations
 
 import os
 
+from futextrace.naming.callsites import label
 from futextrace.recording import FutexName
 
 LEGEND_MAX = 12     # names listed under a table; the rest are in the JSON
@@ -55,6 +57,21 @@ def name_text(n: FutexName) -> str:
     return short_name(n)
 
 
+def first_call_site(n: FutexName) -> str:
+    """` ← touch+0x1c ← settle_accounts+0x18`: where its first lookup came from ("" when not taken)."""
+    first = (n.get("call_sites") or {}).get("first_lookup")
+    return f" ← {label(first)}" if first else ""
+
+
+def wait_call_sites(n: FutexName, most: int = 2) -> list[str]:
+    """Where its bucket-lock waits came from, busiest first: stacks that differ
+    only past the frames shown are one line here (all are in the JSON)."""
+    counts: dict[str, int] = {}
+    for w in (n.get("call_sites") or {}).get("lock_waits", []):
+        counts[label(w)] = counts.get(label(w), 0) + w["count"]
+    return sorted(counts, key=lambda t: -counts[t])[:most]
+
+
 def with_name(addr: str, names: dict[str, FutexName] | None) -> str:
     """`0x55d0... ledger_gate`, or the address alone when it has no name."""
     n = (names or {}).get(addr)
@@ -69,7 +86,7 @@ def legend(addresses: list[str], names: dict[str, FutexName] | None, indent: str
     if not shown:
         return []
     width = max(len(a) for a in shown[:LEGEND_MAX])
-    out = [f"{indent}{a:<{width}}  {name_text(names[a])}" for a in shown[:LEGEND_MAX]]
+    out = [f"{indent}{a:<{width}}  {name_text(names[a])}{first_call_site(names[a])}" for a in shown[:LEGEND_MAX]]
     if len(shown) > LEGEND_MAX:
         out.append(f"{indent}... {len(shown) - LEGEND_MAX} more named in the JSON (futex_names)")
     return out
