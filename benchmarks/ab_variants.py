@@ -18,6 +18,9 @@ run from the kernel's run statistics, and the per-round difference of the gaps
 on a shared machine cannot resolve (the minimum is the quietest run).
 
     sudo .venv/bin/python benchmarks/ab_variants.py --variant DIR --bpf-ns --sizes 16,1048576 --rounds 80 --runtime 0.1
+
+--b-call-sites compiles B with call sites (bpf/call_sites.h, as record runs), A
+without: what taking them costs the hot path (--variant may then be left out).
 """
 from __future__ import annotations
 
@@ -34,12 +37,13 @@ from futexset import BPF_STATS, bpf_stats, hot_path_detached, run_workload  # no
 CONDITIONS = ("untraced", "A", "B")
 
 
-def build(model, variant: Path | None):
+def build(model, variant: Path | None, call_sites: bool = False):
     """futextrace's tracepoint program: the tree's own (variant None), or the
-    tree's with each bpf/ file the variant directory has taken from there."""
+    tree's with each bpf/ file the variant directory has taken from there;
+    `call_sites`: compiled with them (bpf/call_sites.h), as record has it."""
     from futextrace.loading import loader
     if variant is None:
-        return loader.Program(model, "tracepoint")
+        return loader.Program(model, "tracepoint", call_sites=call_sites)
     own = loader.source_for
 
     def source_variant(method: str) -> str:
@@ -51,14 +55,14 @@ def build(model, variant: Path | None):
         return text + "\n" + read("lock_waits.h")
     loader.source_for = source_variant
     try:
-        return loader.Program(model, "tracepoint")
+        return loader.Program(model, "tracepoint", call_sites=call_sites)
     finally:
         loader.source_for = own
 
 
-def load_pair(model, variant: Path, base: Path | None = None):
+def load_pair(model, variant: Path | None, base: Path | None = None, b_call_sites: bool = False):
     a = build(model, base)
-    return a, build(model, variant)
+    return a, build(model, variant, b_call_sites)
 
 
 def snapshot(prog) -> tuple[int, int]:
@@ -85,7 +89,7 @@ def throughput(a, sizes, prog_a, prog_b) -> None:
     ref = sizes[0]
     med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in ratios.items()}
     print(f"# {a.rounds} rounds, futexbench -t 1 -r {a.runtime}; A = {a.base or 'the tree'}, "
-          f"B = {a.variant}; {BPF_STATS} off")
+          f"B = {a.variant or 'the tree'}{' with call sites' if a.b_call_sites else ''}; {BPF_STATS} off")
     for n in sizes:
         diff = statistics.median(b - x for x, b in zip(ratios[n]["A"], ratios[n]["B"]))
         print(f"{n:>9,} futexes: A {med[n]['A']:.3f} ({med[n]['A'] - med[ref]['A']:+.3f} vs {ref:,}), "
@@ -106,7 +110,8 @@ def bpf_ns(a, sizes, prog_a, prog_b) -> None:
                     run_workload(n, a.runtime)
                     c1, t1 = snapshot(prog)
                 ns[n][name].append((t1 - t0) / max(1, c1 - c0))
-    print(f"# B = {a.variant}, {a.rounds} rounds, futexbench -t 1 -r {a.runtime}, BPF ns per run")
+    print(f"# B = {a.variant or 'the tree'}{' with call sites' if a.b_call_sites else ''}, {a.rounds} rounds, "
+          f"futexbench -t 1 -r {a.runtime}, BPF ns per run")
     for n in sizes:
         A, B = ns[n]["A"], ns[n]["B"]
         print(f"{n:>9,} futexes: A median {statistics.median(A):6.1f} min {min(A):6.1f} ns | "
@@ -121,7 +126,10 @@ def bpf_ns(a, sizes, prog_a, prog_b) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", required=True, type=Path, help="directory holding B's bpf/ files")
+    ap.add_argument("--variant", type=Path, default=None,
+                    help="directory holding B's bpf/ files (default: B is the tree's own)")
+    ap.add_argument("--b-call-sites", action="store_true",
+                    help="B takes call sites (bpf/call_sites.h, record's default), A does not")
     ap.add_argument("--base", type=Path, default=None,
                     help="directory holding A's bpf/ files (default: A is the tree's own)")
     ap.add_argument("--sizes", default="16,262144,1048576")
@@ -132,6 +140,8 @@ def main() -> int:
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("ab_variants.py: needs root")
+    if a.variant is None and not a.b_call_sites:
+        sys.exit("ab_variants.py: give --variant DIR, --b-call-sites, or both")
     for d in filter(None, (a.variant, a.base)):
         if not any(d.glob("*.h")) and not (d / "trace_tp.bpf.c").is_file():
             sys.exit(f"ab_variants.py: no bpf/ file in {d}")
@@ -139,7 +149,7 @@ def main() -> int:
     from futextrace.kernel import model as kmodel
     model = kmodel.load()
     with bpf_stats(a.bpf_ns):
-        prog_a, prog_b = load_pair(model, a.variant, a.base)
+        prog_a, prog_b = load_pair(model, a.variant, a.base, a.b_call_sites)
         try:
             (bpf_ns if a.bpf_ns else throughput)(a, sizes, prog_a, prog_b)
         finally:

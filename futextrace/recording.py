@@ -209,7 +209,7 @@ class CallSiteBudget(TypedDict):
 class FutexName(TypedDict, total=False):
     """processes[].futex_names[hex address]: what the futex is (futextrace/naming/)."""
     mapping: Optional[str]         # the file's path, "[heap]", "[stack]", "[anon]", "[anon:NAME]"; None: unmapped
-    kind: str                      # file, shared_file, heap, stack, thread_stack, anon, special, unmapped
+    kind: str                      # file, shared_file, heap, malloc_arena, stack, thread_stack, anon, special, unmapped
     section: Optional[str]         # ".data", ".bss", ... (file only)
     symbol: Optional[str]          # the data symbol covering the address; None: see why_unknown
     offset: Optional[int]          # from the symbol's start, else the section's, else the mapping's

@@ -70,6 +70,11 @@ class Snapshot:
         i = bisect.bisect_left(self._starts, m.start) - 1
         return self.mappings[i] if i >= 0 else None
 
+    def after(self, m: Mapping) -> Mapping | None:
+        """The mapping just above `m` (a malloc arena's reserved rest), or None."""
+        i = bisect.bisect_right(self._starts, m.start)
+        return self.mappings[i] if i < len(self.mappings) else None
+
     def file_mappings(self, m: Mapping) -> list[Mapping]:
         """Every mapping of the same file as `m` (the same device, inode and path)."""
         return [x for x in self.mappings if x.inode == m.inode and x.dev == m.dev and x.path == m.path]

@@ -26,6 +26,11 @@ THREAD_STACK = "a thread's stack (or its TLS block): a local variable, no symbol
 STACK_BY_LAYOUT = ("a thread's stack, by its layout (an rw- mapping just above a ---p guard page, as glibc "
                    "places pthread stacks; no thread was in a system call with its stack pointer there when "
                    "read): a local variable or TLS, no symbol names it")
+# glibc's HEAP_MAX_SIZE on 64-bit: a thread arena's heap is an mmap of this size at this
+# alignment, its used part rw- and the rest ---p right above it.
+ARENA_SIZE = 64 << 20
+ARENA = ("a glibc malloc arena, by its layout (an rw- mapping at a 64 MiB boundary, the rest of its "
+         "64 MiB reserved ---p right above it): memory malloc gave a thread, no symbol names it")
 ANON = ("anonymous memory (mmap: a malloc arena, a thread stack not seen in a system call, TLS): "
         "no file, no symbol")
 ANON_EXEC = "anonymous executable memory (JIT code?): no file, no symbol"
@@ -90,6 +95,10 @@ class Namer:
                 named = self._in_file(addr, prev, snap, alive, tail=m)
                 if named is not None:
                     return named
+            if _is_arena(m, snap.after(m)):
+                return _entry(m, "malloc_arena", offset=off, why_unknown=ARENA)
+            # Checked after the arena: an arena's rw- part may sit right above the ---p rest of
+            # the arena below it, as a thread stack sits above its guard page.
             if prev is not None and prev.end == m.start and prev.perms.startswith("---") and not prev.path \
                     and m.perms.startswith("rw"):
                 return _entry(m, "thread_stack", tid=None, offset=off, why_unknown=STACK_BY_LAYOUT)
@@ -176,6 +185,17 @@ class Namer:
         else:
             out.update(offset=vaddr - sec[1] if sec else vaddr, why_unknown=_no_symbol_why(info))
         return out
+
+
+def _is_arena(m: Mapping, nxt: Mapping | None) -> bool:
+    """An rw- anonymous mapping that starts a 64 MiB arena heap: all of it, or its used part
+    with the rest reserved (---p, anonymous) up to the 64 MiB."""
+    if m.start % ARENA_SIZE or not m.perms.startswith("rw"):
+        return False
+    if m.end - m.start == ARENA_SIZE:
+        return True
+    return (nxt is not None and nxt.start == m.end and nxt.perms.startswith("---") and not nxt.path
+            and nxt.end == m.start + ARENA_SIZE)
 
 
 def _no_symbol_why(info: ElfInfo) -> str:

@@ -198,6 +198,27 @@ def test_memory_without_a_file(tmp_path):
     assert n.name(0x1000, [], False)["why_unknown"] == resolve.NO_SNAPSHOT
 
 
+def test_malloc_arenas_are_not_taken_for_thread_stacks():
+    """MariaDB showed it: glibc's thread arenas sit side by side, each 64 MiB-aligned
+    with its unused rest reserved ---p, so an arena's rw- part sits right above the
+    ---p rest of the arena below: a thread stack's layout (rw- above a ---p guard).
+    The arena's mutex at +0x30 was named "a thread's stack"."""
+    A, MiB = 0x7f0000000000, 1 << 20   # 64 MiB-aligned
+    maps = (f"{A:x}-{A + 2 * MiB:x} rw-p 0 00:00 0 \n"                  # arena 1: 2 MiB used
+            f"{A + 2 * MiB:x}-{A + 64 * MiB:x} ---p 0 00:00 0 \n"       # ... the rest reserved
+            f"{A + 64 * MiB:x}-{A + 65 * MiB:x} rw-p 0 00:00 0 \n"     # arena 2, above arena 1's rest
+            f"{A + 65 * MiB:x}-{A + 128 * MiB:x} ---p 0 00:00 0 \n"
+            f"{A + 200 * MiB:x}-{A + 200 * MiB + 4096:x} ---p 0 00:00 0 \n"   # a guard page
+            f"{A + 200 * MiB + 4096:x}-{A + 208 * MiB + 4096:x} rw-p 0 00:00 0 \n")  # its stack
+    snap = parse_maps(7, maps)
+    n = Namer()
+    for arena in (A, A + 64 * MiB):
+        got = n.name(arena + 0x30, [snap], False)
+        assert (got["kind"], got["offset"], got["why_unknown"]) == ("malloc_arena", 0x30, resolve.ARENA), got
+    stack = n.name(A + 208 * MiB, [snap], False)
+    assert (stack["kind"], stack["why_unknown"]) == ("thread_stack", resolve.STACK_BY_LAYOUT)
+
+
 def test_each_file_is_parsed_once(tmp_path):
     app = build(tmp_path)
     syms = elf_symbols(app)

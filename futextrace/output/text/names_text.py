@@ -33,6 +33,8 @@ def short_name(n: FutexName) -> str:
         return f"stack of thread {n['tid']}" if n.get("tid") else "a thread's stack"
     if kind == "stack":
         return "main thread's stack"
+    if kind == "malloc_arena":
+        return "malloc arena" + _plus(n.get("offset"))
     if kind in ("heap", "shared_file"):
         return (n["mapping"] or "?") + _plus(n.get("offset"))
     if kind == "anon":
