@@ -92,6 +92,15 @@ def require_method(method: str) -> None:
         require_fentry()
 
 
+def compile_c(src: Path, out: Path, *flags: str) -> Path:
+    """`cc FLAGS -o OUT SRC`, failing the test (not skipping) without a compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.fail("no C compiler: run scripts/bootstrap.sh")
+    subprocess.run([cc, *flags, "-o", str(out), str(src)], check=True)
+    return out
+
+
 def in_vm_guest() -> bool:
     return bool(os.environ.get("FUTEXTRACE_IN_VM"))
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.host import REPO, compile_c
+
 
 @pytest.fixture(scope="session")
 def kernel_model():
@@ -11,6 +13,13 @@ def kernel_model():
     take tens of seconds under QEMU/TCG)."""
     from futextrace.kernel import model as kmodel
     return kmodel.load()
+
+
+@pytest.fixture(scope="session")
+def named_futexes(tmp_path_factory):
+    """tests/data/named_futexes.c built with frame pointers (test_names.py, test_call_sites.py)."""
+    return compile_c(REPO / "tests/data/named_futexes.c", tmp_path_factory.mktemp("named") / "named_futexes",
+                     "-O1", "-pthread", "-fno-omit-frame-pointer")
 
 
 # --- commands ---------------------------------------------------------------------

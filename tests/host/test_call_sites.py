@@ -12,30 +12,17 @@ bias). Nothing expected comes from futextrace.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from tests.helpers.host import REPO, cli, needs_bpf, needs_private_hash, require_method
+from tests.helpers.host import cli, needs_bpf, needs_private_hash, require_method
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 
 CALLER = {"orders_mutex": "settle_accounts", "ledger_gate": "settle_accounts",
           "stock_latch": "reserve_stock", "audit_flag": "reserve_stock", "tail_gate": "reserve_stock",
           "heap": "drain_queue"}
-
-
-@pytest.fixture(scope="module")
-def exe(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.fail("no C compiler: run scripts/bootstrap.sh")
-    out = tmp_path_factory.mktemp("sites") / "named_futexes"
-    subprocess.run([cc, "-O1", "-pthread", "-fno-omit-frame-pointer", "-o", str(out),
-                    str(REPO / "tests/data/named_futexes.c")], check=True)
-    return out
 
 
 def elf_symbols(path) -> dict[str, tuple[int, int]]:
@@ -51,14 +38,14 @@ def printed(rec: dict) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module", params=["tracepoint", "kprobe", "fentry"])
-def recorded(request, exe, tmp_path_factory):
+def recorded(request, named_futexes, tmp_path_factory):
     method = request.param
     require_method(method)
     path = tmp_path_factory.mktemp(f"sites-{method}") / "rec.json"
-    r = cli("record", "--method", method, "--slots", "2", "--json", path, "--", exe, "--seconds", "1")
+    r = cli("record", "--method", method, "--slots", "2", "--json", path, "--", named_futexes, "--seconds", "1")
     assert r.returncode == 0, r.stderr
     rec = json.loads(path.read_text())
-    syms = elf_symbols(exe)
+    syms = elf_symbols(named_futexes)
     words = printed(rec)
     bias = {int(a, 16) - syms[n][0] for n, a in words if n in CALLER and n != "heap"}
     assert len(bias) == 1                      # one load bias: the right file
@@ -121,9 +108,10 @@ def test_the_text_shows_the_call_site_beside_the_name(recorded):
         assert f"← touch+{first[0]['offset']:#x} ← {CALLER[n]}+{first[1]['offset']:#x}" in legend, legend
 
 
-def test_no_call_sites_takes_none(exe, tmp_path):
+def test_no_call_sites_takes_none(named_futexes, tmp_path):
     path = tmp_path / "rec.json"
-    r = cli("record", "--method", "tracepoint", "--no-call-sites", "--json", path, "--", exe, "--seconds", "0.3")
+    r = cli("record", "--method", "tracepoint", "--no-call-sites", "--json", path, "--", named_futexes,
+            "--seconds", "0.3")
     assert r.returncode == 0, r.stderr
     rec = json.loads(path.read_text())
     proc = next(p for p in rec["processes"] if p["pid"] == rec["command"]["pid"])

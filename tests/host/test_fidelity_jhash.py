@@ -3,25 +3,20 @@ jhash2 compiled here: the reference every fidelity test computes buckets with.""
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import fidelity_ref
+from tests.helpers.host import compile_c
 
 DATA = Path(__file__).parent.parent / "data"
 
 
 @pytest.fixture(scope="module")
 def c_jhash2(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.fail("no C compiler: run scripts/bootstrap.sh")
-    out = tmp_path_factory.mktemp("jhash") / "jhash2"
-    subprocess.run([cc, "-O2", "-o", str(out), str(DATA / "jhash2.c")], check=True)
-    return out
+    return compile_c(DATA / "jhash2.c", tmp_path_factory.mktemp("jhash") / "jhash2", "-O2")
 
 
 def test_python_jhash2_equals_the_kernels_c_for_every_length(c_jhash2):

@@ -12,30 +12,17 @@ from the test's own jhash2 (fidelity_ref.private_bucket).
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from tests.helpers.host import REPO, cli, needs_bpf, needs_private_hash
+from tests.helpers.host import cli, needs_bpf, needs_private_hash
 from tests.helpers.fidelity_ref import private_bucket
 
 pytestmark = [pytest.mark.root, needs_bpf, needs_private_hash]
 
 GLOBALS = ("orders_mutex", "stock_latch", "ledger_gate", "audit_flag", "tail_gate")
 MASK = 1          # two buckets
-
-
-@pytest.fixture(scope="module")
-def exe(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.fail("no C compiler: run scripts/bootstrap.sh")
-    out = tmp_path_factory.mktemp("names") / "named_futexes"
-    subprocess.run([cc, "-O1", "-pthread", "-fno-omit-frame-pointer", "-o", str(out),
-                    str(REPO / "tests/data/named_futexes.c")], check=True)
-    return out
 
 
 def elf_truth(path) -> dict[str, tuple[int, str]]:
@@ -66,19 +53,19 @@ def same_bucket_pairs(addrs: dict[str, str]) -> list[set[str]]:
 
 
 @pytest.fixture(scope="module")
-def recorded(exe, tmp_path_factory):
+def recorded(named_futexes, tmp_path_factory):
     path = tmp_path_factory.mktemp("names-rec") / "rec.json"
-    r = cli("record", "--slots", "2", "--json", path, "--", exe, "--seconds", "1")
+    r = cli("record", "--slots", "2", "--json", path, "--", named_futexes, "--seconds", "1")
     assert r.returncode == 0, r.stderr
     return json.loads(path.read_text()), r.stdout
 
 
-def test_each_global_futex_carries_its_symbol_section_and_mapping(exe, recorded):
+def test_each_global_futex_carries_its_symbol_section_and_mapping(named_futexes, recorded):
     rec, _text = recorded
     assert not rec["command"]["stopped_by_futextrace"]        # it exited before the run ended
     proc = next(p for p in rec["processes"] if p["pid"] == rec["command"]["pid"])
     names = proc["futex_names"]
-    truth = elf_truth(exe)
+    truth = elf_truth(named_futexes)
     lines = printed(rec)
     globals_ = {n: a for n, a in lines if n in GLOBALS}
     assert set(globals_) == set(GLOBALS)
@@ -87,9 +74,9 @@ def test_each_global_futex_carries_its_symbol_section_and_mapping(exe, recorded)
     for name, addr in globals_.items():
         got = names[addr]
         assert (got["symbol"], got["section"], got["offset"], got["kind"]) == (name, truth[name][1], 0, "file"), got
-        assert got["mapping"] == str(exe) and got["why_unknown"] is None
+        assert got["mapping"] == str(named_futexes) and got["why_unknown"] is None
     # the premise of the .bss-tail case: at least one named global past the file's pages
-    assert any(truth[n][0] >= rw_file_end(exe) for n in GLOBALS)
+    assert any(truth[n][0] >= rw_file_end(named_futexes) for n in GLOBALS)
     for _n, addr in (x for x in lines if x[0] == "heap"):
         assert (names[addr]["kind"], names[addr]["mapping"], names[addr]["symbol"]) == ("heap", "[heap]", None)
     assert not [a for a, n in names.items() if n["kind"] == "unmapped"], names
@@ -110,9 +97,9 @@ def test_the_colliding_globals_are_named_in_the_text(recorded):
             assert f"{a}  {n} (named_futexes ." in legend, legend
 
 
-def test_explain_names_the_futexes_that_collide(exe, tmp_path):
+def test_explain_names_the_futexes_that_collide(named_futexes, tmp_path):
     path = tmp_path / "explain.json"
-    r = cli("explain", "--json", path, "--", exe, "--slots", "2", "--seconds", "1")
+    r = cli("explain", "--json", path, "--", named_futexes, "--slots", "2", "--seconds", "1")
     assert r.returncode == 0, r.stderr
     out = json.loads(path.read_text())
     rec = out["recording"]

@@ -33,6 +33,18 @@ def named(rec: dict) -> dict:
     return rec
 
 
+def one_bucket_waits(cause: str, futexes: list[dict]) -> dict:
+    """A contention section: PID 7 waited in bucket 1 of 2 on these futexes."""
+    waits, ns = sum(f["waits"] for f in futexes), sum(f["wait_ns"] for f in futexes)
+    zero = {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")}
+    return {"status": "attached (tp_btf)", "waits": waits, "wait_ns": ns, "wait_ms_per_s": ns / 1e6,
+            "window_s": 1.0, "by_cause": zero,
+            "processes": [{"pid": 7, "comm": "myapp", "waits": waits, "wait_ns": ns, "wait_ms_per_s": ns / 1e6,
+                           "by_cause": zero, "buckets_waited": 1,
+                           "buckets": [{"bucket": 1, "buckets": 2, "waits": waits, "wait_ns": ns, "max_ns": 1000,
+                                        "cause": cause, "futexes": futexes}]}]}
+
+
 def test_words_of_a_name():
     names = named(json.loads((DATA / "recording-tp-auto.json").read_text()))["processes"][0]["futex_names"]
     sym, stripped, heap = list(names.values())[:3]
@@ -56,15 +68,8 @@ def test_the_hottest_table_gets_a_legend_of_the_addresses_it_shows():
 
 
 def test_the_lock_wait_table_names_the_waiting_futexes():
-    c = {"status": "attached (tp_btf)", "waits": 3, "wait_ns": 3000, "wait_ms_per_s": 0.003, "window_s": 1.0,
-         "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
-         "processes": [{"pid": 7, "comm": "myapp", "waits": 3, "wait_ns": 3000, "wait_ms_per_s": 0.003,
-                        "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
-                        "buckets_waited": 1,
-                        "buckets": [{"bucket": 1, "buckets": 2, "waits": 3, "wait_ns": 3000, "max_ns": 1000,
-                                     "cause": "collision",
-                                     "futexes": [{"uaddr": "0x10", "waits": 2, "wait_ns": 2000},
-                                                 {"uaddr": "0x20", "waits": 1, "wait_ns": 1000}]}]}]}
+    c = one_bucket_waits("collision", [{"uaddr": "0x10", "waits": 2, "wait_ns": 2000},
+                                       {"uaddr": "0x20", "waits": 1, "wait_ns": 1000}])
     names = {7: {"0x10": {"mapping": "/opt/myapp", "kind": "file", "section": ".data", "symbol": "orders_mutex",
                           "offset": 0, "why_unknown": None}}}
     plain = "\n".join(lockwait_lines(c))
@@ -96,14 +101,7 @@ def test_call_sites_follow_the_name_in_the_legend_and_the_wait_table():
     waits = [_stack(("touch", 0x22), ("settle_accounts", 0x10), ("worker", 1), count=2),
              _stack(("touch", 0x22), ("settle_accounts", 0x10), ("worker", 9), count=2),
              _stack(("syscall", 0x1d), ("main", 0x40), trusted=1, count=3)]
-    c = {"status": "attached (tp_btf)", "waits": 7, "wait_ns": 7000, "wait_ms_per_s": 0.007, "window_s": 1.0,
-         "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
-         "processes": [{"pid": 7, "comm": "myapp", "waits": 7, "wait_ns": 7000, "wait_ms_per_s": 0.007,
-                        "by_cause": {k: {"waits": 0, "wait_ns": 0} for k in ("collision", "same_futex", "unknown")},
-                        "buckets_waited": 1,
-                        "buckets": [{"bucket": 1, "buckets": 2, "waits": 7, "wait_ns": 7000, "max_ns": 1000,
-                                     "cause": "same_futex",
-                                     "futexes": [{"uaddr": "0x10", "waits": 7, "wait_ns": 7000}]}]}]}
+    c = one_bucket_waits("same_futex", [{"uaddr": "0x10", "waits": 7, "wait_ns": 7000}])
     names = {7: {"0x10": {"mapping": "/opt/myapp", "kind": "file", "section": ".data", "symbol": "orders_mutex",
                           "offset": 0, "why_unknown": None, "call_sites": {"first_lookup": None, "lock_waits": waits}}}}
     text = lockwait_lines(c, names=names)
