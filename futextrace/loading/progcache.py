@@ -28,13 +28,15 @@ something out would otherwise load on its name alone.
 from __future__ import annotations
 
 import ctypes as ct
-import functools
 import hashlib
 import json
 import os
 import stat
 import struct
 from pathlib import Path
+
+from futextrace.kernel import modelcache
+from futextrace.kernel.model import VMLINUX_BTF
 
 FORMAT = 2                   # 2: built_for recorded and checked
 LD_IMM64 = 0x18              # BPF_LD | BPF_IMM | BPF_DW: the only insn that carries a map
@@ -43,7 +45,6 @@ MAX_ENTRY_BYTES = 16 << 20   # a cache file larger than this is not ours
 # Function-name prefixes BCC attaches by itself inside BPF() (its _trace_autoload).
 AUTOLOAD = ("kprobe__", "kretprobe__", "tracepoint__", "raw_tracepoint__")
 NOT_CACHED = ("kfunc__", "kretfunc__", "lsm__")   # attach targets BCC finds from its own compile
-VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
 
 def cache_dir() -> Path:
@@ -61,15 +62,10 @@ def _bcc_library() -> str:
         return "unknown"
 
 
-@functools.lru_cache(maxsize=None)
 def btf_digest(path: str = VMLINUX_BTF) -> str:
-    """sha256 of the kernel's BTF (its types: the kernel build, beyond its
-    release string), once per process; "none" where there is none."""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()[:32]
-    except OSError:
-        return "none"
+    """The kernel's BTF digest (its types: the kernel build, beyond its release
+    string), read once per process with the model's; "none" where there is none."""
+    return (modelcache.btf_digest(path) or "none")[:32]
 
 
 def _digest(*parts: str) -> str:
