@@ -1,11 +1,12 @@
 """`futextrace cache`: build the program cache ahead of time, and list it."""
 from __future__ import annotations
 
+import os
 import time
 
 import click
 
-from futextrace.errors import EXIT_CODES_HELP, KernelRefused
+from futextrace.errors import EXIT_CODES_HELP, EnvironmentProblem, KernelRefused
 from futextrace.kernel import modelcache
 from futextrace.loading import preconditions, progcache
 from futextrace.loading.methods import PREFERENCE
@@ -40,6 +41,9 @@ def build(methods, max_futexes):
     """Compile every program variant the commands can ask for on this kernel
     into the cache, loading and attaching nothing. One line per variant:
     built, already cached, or skipped with the reason."""
+    if os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
+        raise EnvironmentProblem("FUTEXTRACE_NO_PROG_CACHE is set: starts would not read the cache "
+                                 "(unset it to build)")
     preconditions.require_root()
     t0 = time.monotonic()
     model, _ = modelcache.load_running()

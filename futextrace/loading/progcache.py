@@ -131,7 +131,12 @@ def map_references(insns: bytes, fd_names: dict[int, str]) -> list[list] | None:
 
 
 def cache_entry(bpf, made_for: dict | None = None, method: str = "") -> dict | None:
-    """The compiled module as a cache entry, or None when it cannot be replayed."""
+    """The compiled module as a cache entry, or None when it cannot be replayed.
+    `made_for` (built_for) is recorded and checked on every read: the key alone
+    is not enough, as it is only the file's name. It hashes the same fields, but
+    nothing ties a file's content to its name: an entry copied from an image
+    built on another kernel, renamed, or written under an older key that left a
+    field out would load on the name alone, with another kernel's offsets."""
     lib = _lib()
     described = tables(bpf.module)
     fd_names = {lib.bpf_table_fd(bpf.module, name.encode()): name for name in described}
@@ -275,9 +280,10 @@ def compile_program(BPF, text: str, cflags: list[str], header: str, method: str 
     not match: compiled), "mismatch" (the entry was built for another kernel,
     BCC, text or flags: compiled), "off". `attach=False` (cache build): BCC
     attaches and loads nothing, not even its autoloaded functions."""
+    full_class = BPF if attach else _compile_only_class(BPF)    # what compiles the text in full
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
-        b = BPF(text=text.encode(), cflags=cflags)
-        b.compile_cache = "off"
+        b = full_class(text=text.encode(), cflags=cflags)
+        b.compile_cache, b.cacheable = "off", False
         return b
     path = cache_dir() / f"{cache_key(text, cflags, header)}.json"
     made_for = built_for(text, cflags, header)
@@ -292,7 +298,7 @@ def compile_program(BPF, text: str, cflags: list[str], header: str, method: str 
             return b
         b.cleanup()
         status = "stale"
-    b = (BPF if attach else _compile_only_class(BPF))(text=text.encode(), cflags=cflags)
+    b = full_class(text=text.encode(), cflags=cflags)
     fresh = cache_entry(b, made_for, method)
     if fresh is not None:
         write_entry(path, fresh)

@@ -94,12 +94,13 @@ def build(variant: Variant) -> tuple[str, float]:
     try:
         if b.compile_cache == "hit":
             said = "already cached"
+        elif b.compile_cache == "off":
+            said = "compiled, not cached (FUTEXTRACE_NO_PROG_CACHE is set)"
         elif not b.cacheable:
             said = "compiled, but cannot be cached (a reference the replay cannot patch)"
         else:
             said = {"miss": "built", "stale": "built (the cached maps no longer matched)",
-                    "mismatch": "built (replaced an entry made for another kernel or options)",
-                    "off": "compiled, not cached (FUTEXTRACE_NO_PROG_CACHE is set)"}[b.compile_cache]
+                    "mismatch": "built (replaced an entry made for another kernel or options)"}[b.compile_cache]
     finally:
         b.cleanup()
     return said, time.monotonic() - t0

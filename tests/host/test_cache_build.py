@@ -98,6 +98,8 @@ def test_a_second_build_compiles_nothing(built):
 def test_bad_input_is_one_line():
     one_line_error(cli("cache", "build", "--method", "nope"), 2)
     one_line_error(cli("cache", "build", user=65534), 3)
+    assert "FUTEXTRACE_NO_PROG_CACHE" in one_line_error(
+        cli("cache", "build", env={"FUTEXTRACE_NO_PROG_CACHE": "1"}), 3)
 
 
 # --- the entries themselves: never for other options, never for another kernel -----
