@@ -12,7 +12,7 @@ from futextrace.errors import EXIT_CODES_HELP, FutextraceError
 
 # Subcommand name -> module in futextrace.commands exporting `command`.
 COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report", "serve", "diff",
-            "run", "set"]
+            "run", "set", "cache"]
 
 
 class LazyGroup(click.Group):

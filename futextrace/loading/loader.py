@@ -260,6 +260,42 @@ def source_for(method: str) -> str:
     return text + "\n" + (bpf_dir() / "lock_waits.h").read_text()   # every method: bucket-lock waits
 
 
+def program_cflags(model, method: str, filters: Filters, max_futexes: int, ncpu_ids: int,
+                   call_sites: bool = False, exact_prctl: bool = False,
+                   extra_cflags: list[str] | None = None) -> list[str]:
+    """Every flag Program compiles its text with, but TP_BTF_ONLY (first_compile_flags):
+    the one statement of how its arguments become -D flags (`cache build` asks it too)."""
+    cflags = cflags_for(model, method, filters, max_futexes, ncpu_ids, call_sites) + (extra_cflags or [])
+    if exact_prctl and method == "tracepoint":
+        cflags.append("-DPRCTL_EXIT")
+    return cflags
+
+
+def first_compile_flags(cflags: list[str], tp_btf_id: int | None) -> list[str]:
+    """The flags of a start's first compile: where tp_btf is to be tried, the raw
+    sys_enter hook is compiled out (TP_BTF_ONLY): it costs a quarter of the
+    compile time (0.2 of 0.9 s CPU). A refused tp_btf compiles `cflags` again."""
+    return cflags + (["-DTP_BTF_ONLY"] if tp_btf_id is not None else [])
+
+
+def start_flags(model, method: str, filters: Filters | None = None, max_futexes: int | None = None,
+                exact_prctl: bool = False, call_sites: bool = False) -> list[str]:
+    """The flags of the first compile Program(model, method, ...) makes with these
+    arguments (its defaults too): what `cache build` compiles ahead of a start."""
+    flags = program_cflags(model, method, filters or Filters(), max_futexes or default_max_futexes(),
+                           nr_cpu_ids(), call_sites, exact_prctl)
+    return first_compile_flags(flags, sys_enter_btf_id(model) if method == "tracepoint" else None)
+
+
+def compile_only(method: str, cflags: list[str]):
+    """Compile (or find cached) `method`'s text with `cflags` into the program
+    cache, loading and attaching nothing; the BPF object, to clean up."""
+    _check_can_load(method)
+    bcc_environment()
+    from bcc import BPF
+    return _compile(BPF, method, cflags, attach=False)
+
+
 def sys_enter_btf_id(model) -> int | None:
     """BTF id of sys_enter's tp_btf attach point, unless absent or turned off."""
     if os.environ.get("FUTEXTRACE_NO_TP_BTF"):
@@ -273,9 +309,9 @@ def _check_can_load(method: str) -> None:
     preconditions.require_root()
 
 
-def _compile(BPF, method: str, cflags: list[str]):
+def _compile(BPF, method: str, cflags: list[str], attach: bool = True):
     try:
-        return compile_program(BPF, source_for(method), cflags, header_text())
+        return compile_program(BPF, source_for(method), cflags, header_text(), method, attach)
     except Exception as e:  # BCC raises bare Exceptions for compile/load/attach errors
         raise KernelRefused(f"the kernel refused the {method} programs: {str(e).splitlines()[0]}")
 
@@ -318,12 +354,9 @@ class Program:
         self.futex_cache_slots = futex_cache_slots(self.ncpu_ids)     # per CPU, as compiled in
         self.bucket_cache_slots = bucket_cache_slots(self.ncpu_ids)
         self.call_sites = call_sites      # the user stacks of first lookups and lock waits (bpf/call_sites.h)
-        cflags = cflags_for(model, method, self.filters, self.max_futexes, self.ncpu_ids,
-                            call_sites) + (extra_cflags or [])
-        if self.exact_prctl:
-            cflags.append("-DPRCTL_EXIT")
         self._bpf = None
-        self._cflags = cflags
+        self._cflags = program_cflags(model, method, self.filters, self.max_futexes, self.ncpu_ids,
+                                      call_sites, self.exact_prctl, extra_cflags)
         self._tp_btf_id = sys_enter_btf_id(model) if method == "tracepoint" else None
         self.timings: dict[str, float] = {}     # seconds: compile (BCC, maps), attach (load, attach)
         # CLOCK_MONOTONIC ns just before and just after the hook that counts
@@ -343,10 +376,7 @@ class Program:
         """Compile (or replay) the programs, fill the filters, attach the
         method's hooks (the counting one last) and the lock tracepoints."""
         t0 = time.monotonic()
-        # Where tp_btf is to be tried, the raw sys_enter hook is compiled out
-        # (TP_BTF_ONLY): it costs a quarter of the compile time (0.2 of 0.9 s CPU).
-        tp_btf_only = ["-DTP_BTF_ONLY"] if self._tp_btf_id is not None else []
-        self._bpf = _compile(BPF, self.method, self._cflags + tp_btf_only)
+        self._bpf = _compile(BPF, self.method, first_compile_flags(self._cflags, self._tp_btf_id))
         atexit.register(self.close)
         t1 = time.monotonic()
         t1_ns = time.monotonic_ns()

@@ -17,6 +17,13 @@ own bcc_func_load. The kernel's verifier checks them as it checks any load.
 Where the new maps differ from the cached description in any way, the text
 is compiled in full, as without a cache. FUTEXTRACE_NO_PROG_CACHE=1 turns
 the cache off.
+
+Each entry also records what it was built for (`built_for`: kernel release,
+a digest of the kernel's BTF, BCC's library, the text and every flag) and a
+read checks it against this start's, refusing (and compiling in full) on any
+difference: the key is only the file's name, a claim. A file copied in from
+another machine or image, renamed, or keyed by an older futextrace that left
+something out would otherwise load on its name alone.
 """
 from __future__ import annotations
 
@@ -28,7 +35,10 @@ import stat
 import struct
 from pathlib import Path
 
-FORMAT = 1
+from futextrace.kernel import modelcache
+from futextrace.kernel.model import VMLINUX_BTF
+
+FORMAT = 2                   # 2: built_for recorded and checked
 LD_IMM64 = 0x18              # BPF_LD | BPF_IMM | BPF_DW: the only insn that carries a map
 PSEUDO_MAP_FD = 1            # its src_reg when imm is a map fd
 MAX_ENTRY_BYTES = 16 << 20   # a cache file larger than this is not ours
@@ -52,10 +62,34 @@ def _bcc_library() -> str:
         return "unknown"
 
 
-def cache_key(text: str, cflags: list[str], header: str) -> str:
-    parts = [str(FORMAT), text, header, *cflags, os.environ.get("BCC_KERNEL_SOURCE", ""),
-             os.uname().release, _bcc_library()]
+def btf_digest(path: str = VMLINUX_BTF) -> str:
+    """The kernel's BTF digest (its types: the kernel build, beyond its release
+    string), read once per process with the model's; "none" where there is none."""
+    return (modelcache.btf_digest(path) or "none")[:32]
+
+
+def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def built_for(text: str, cflags: list[str], header: str) -> dict:
+    """What an entry is made for, recorded in it and checked on read."""
+    return {"release": os.uname().release, "btf": btf_digest(), "bcc": _bcc_library(),
+            "kernel_source": os.environ.get("BCC_KERNEL_SOURCE", ""),
+            "source": _digest(text, header), "cflags": list(cflags)}
+
+
+def cache_key(text: str, cflags: list[str], header: str) -> str:
+    b = built_for(text, cflags, header)
+    return _digest(str(FORMAT), b["source"], *cflags, b["kernel_source"], b["release"], b["btf"], b["bcc"])
+
+
+def mismatch(entry: dict, wanted: dict) -> str | None:
+    """The first field of `wanted` that `entry` was not built for, or None."""
+    have = entry.get("built_for")
+    if not isinstance(have, dict):
+        return "built_for"
+    return next((k for k, v in wanted.items() if have.get(k) != v), None)
 
 
 def _lib():
@@ -96,8 +130,13 @@ def map_references(insns: bytes, fd_names: dict[int, str]) -> list[list] | None:
     return refs
 
 
-def cache_entry(bpf) -> dict | None:
-    """The compiled module as a cache entry, or None when it cannot be replayed."""
+def cache_entry(bpf, made_for: dict | None = None, method: str = "") -> dict | None:
+    """The compiled module as a cache entry, or None when it cannot be replayed.
+    `made_for` (built_for) is recorded and checked on every read: the key alone
+    is not enough, as it is only the file's name. It hashes the same fields, but
+    nothing ties a file's content to its name: an entry copied from an image
+    built on another kernel, renamed, or written under an older key that left a
+    field out would load on the name alone, with another kernel's offsets."""
     lib = _lib()
     described = tables(bpf.module)
     fd_names = {lib.bpf_table_fd(bpf.module, name.encode()): name for name in described}
@@ -111,7 +150,8 @@ def cache_entry(bpf) -> dict | None:
         if refs is None:
             return None
         functions[name] = {"insns": insns.hex(), "maps": refs}
-    return {"format": FORMAT, "license": lib.bpf_module_license(bpf.module).decode(),
+    return {"format": FORMAT, "built_for": made_for or {}, "method": method,
+            "license": lib.bpf_module_license(bpf.module).decode(),
             "kern_version": lib.bpf_module_kern_version(bpf.module),
             "tables": described, "functions": functions}
 
@@ -134,6 +174,21 @@ def read_entry(path: Path) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("format") == FORMAT else None
 
 
+def entries() -> list[tuple[Path, dict | None]]:
+    """Every file in the cache with its entry (None: one a read would not trust or use)."""
+    try:
+        paths = sorted(cache_dir().glob("*.json"))
+    except OSError:
+        return []
+    return [(p, read_entry(p)) for p in paths]
+
+
+def for_this_kernel(entry: dict) -> bool:
+    """Built for the running kernel: its release and its BTF."""
+    have = entry.get("built_for") or {}
+    return have.get("release") == os.uname().release and have.get("btf") == btf_digest()
+
+
 def write_entry(path: Path, entry: dict) -> None:
     """Best effort: an unwritable cache costs the next run a compile, nothing more."""
     try:
@@ -147,6 +202,16 @@ def write_entry(path: Path, entry: dict) -> None:
         pass
 
 
+def _compile_only_class(BPF):
+    class CompileOnlyBPF(BPF):
+        """BCC's object without its autoload: `cache build` loads and attaches nothing."""
+
+        def _trace_autoload(self):
+            pass
+
+    return CompileOnlyBPF
+
+
 def _replay_class(BPF):
     lib = _lib()
 
@@ -154,8 +219,9 @@ def _replay_class(BPF):
         """A BPF object whose maps BCC made from the declarations alone and
         whose functions come from a cache entry."""
 
-        def __init__(self, entry: dict, **kwargs):
+        def __init__(self, entry: dict, attach: bool = True, **kwargs):
             self._entry = entry
+            self._attach = attach
             self.maps_match = False
             super().__init__(**kwargs)
 
@@ -163,7 +229,7 @@ def _replay_class(BPF):
             # Runs inside BPF.__init__, once the maps exist: check them before
             # anything is attached, then attach what BCC would have.
             self.maps_match = tables(self.module) == self._entry["tables"]
-            if not self.maps_match:
+            if not (self.maps_match and self._attach):
                 return
             for name in self._entry["functions"]:
                 fn = name.encode()
@@ -206,28 +272,36 @@ def _replay_class(BPF):
     return ReplayBPF
 
 
-def compile_program(BPF, text: str, cflags: list[str], header: str):
+def compile_program(BPF, text: str, cflags: list[str], header: str, method: str = "",
+                    attach: bool = True):
     """BCC's BPF object for `text`: replayed from the cache where it has this
     program, else compiled (and cached). Its `compile_cache` attribute says
     which: "hit", "miss" (compiled, now cached), "stale" (the cached maps did
-    not match: compiled) or "off"."""
+    not match: compiled), "mismatch" (the entry was built for another kernel,
+    BCC, text or flags: compiled), "off". `attach=False` (cache build): BCC
+    attaches and loads nothing, not even its autoloaded functions."""
+    full_class = BPF if attach else _compile_only_class(BPF)    # what compiles the text in full
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
-        b = BPF(text=text.encode(), cflags=cflags)
-        b.compile_cache = "off"
+        b = full_class(text=text.encode(), cflags=cflags)
+        b.compile_cache, b.cacheable = "off", False
         return b
     path = cache_dir() / f"{cache_key(text, cflags, header)}.json"
+    made_for = built_for(text, cflags, header)
     entry = read_entry(path)
     status = "miss"
+    if entry is not None and mismatch(entry, made_for):
+        entry, status = None, "mismatch"
     if entry is not None:
-        b = _replay_class(BPF)(entry, text=text.encode(), cflags=cflags + ["-DFT_MAPS_ONLY"])
+        b = _replay_class(BPF)(entry, attach, text=text.encode(), cflags=cflags + ["-DFT_MAPS_ONLY"])
         if b.maps_match:
             b.compile_cache = "hit"
             return b
         b.cleanup()
         status = "stale"
-    b = BPF(text=text.encode(), cflags=cflags)
-    fresh = cache_entry(b)
+    b = full_class(text=text.encode(), cflags=cflags)
+    fresh = cache_entry(b, made_for, method)
     if fresh is not None:
         write_entry(path, fresh)
     b.compile_cache = status
+    b.cacheable = fresh is not None
     return b

@@ -73,6 +73,13 @@ def filters_for(opts: RecordOptions, cgroup_ids: tuple[int, ...], names_as_tgids
     return Filters(pids=opts.pids, tids=opts.tids, comms=opts.comms, cgroup_ids=cgroup_ids)
 
 
+def program_args(opts: RecordOptions, filters: Filters) -> dict:
+    """Program's arguments (but the model and method) for these options: the
+    one place they are derived, for the session and for `cache build`."""
+    return {"filters": filters, "max_futexes": opts.max_futexes, "exact_prctl": opts.exact_prctl,
+            "call_sites": opts.call_sites}
+
+
 class TraceSession:
     """One attach of the programs, from the options to close().
     `history_lock` guards the events, comms and hash states against readers
@@ -160,9 +167,8 @@ class TraceSession:
         for i, (self.method, why) in enumerate(self._candidates):
             self.why = "; ".join([why, *failed])
             try:
-                self.program = Program(self.model, self.method, self.filters, self.opts.max_futexes,
-                                       exact_prctl=self.opts.exact_prctl, before_counting=fill,
-                                       call_sites=self.opts.call_sites)
+                self.program = Program(self.model, self.method, before_counting=fill,
+                                       **program_args(self.opts, self.filters))
                 break
             except (EnvironmentProblem, KernelRefused) as e:
                 if i == len(self._candidates) - 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from types import SimpleNamespace
 
 from futextrace.loading import progcache
 
@@ -65,3 +66,31 @@ def test_the_key_follows_text_flags_and_header():
     assert len({key, progcache.cache_key("int g;", ["-DA=1"], "h"),
                 progcache.cache_key("int f;", ["-DA=2"], "h"),
                 progcache.cache_key("int f;", ["-DA=1"], "h2")}) == 4
+
+
+def test_an_entry_is_refused_for_anything_it_was_not_built_for():
+    wanted = progcache.built_for("int f;", ["-DA=1"], "h")
+    assert progcache.mismatch({"built_for": dict(wanted)}, wanted) is None
+    other = {"release": "0.0.1-other", "btf": "0" * 32, "bcc": "/other/libbcc.so:1:2",
+             "kernel_source": "/elsewhere", "source": "1" * 32, "cflags": ["-DA=2"]}
+    assert set(other) == set(wanted)
+    for field, value in other.items():
+        assert progcache.mismatch({"built_for": {**wanted, field: value}}, wanted) == field
+    assert progcache.mismatch({}, wanted) == "built_for"        # written before it was recorded
+
+
+def test_the_key_follows_the_kernel_and_its_btf(monkeypatch):
+    key = progcache.cache_key("int f;", ["-DA=1"], "h")
+    monkeypatch.setattr(progcache, "btf_digest", lambda: "another build")
+    assert progcache.cache_key("int f;", ["-DA=1"], "h") != key
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "uname", lambda: SimpleNamespace(release="0.0.1-another-kernel"))
+    assert progcache.cache_key("int f;", ["-DA=1"], "h") != key
+
+
+def test_the_btf_digest_is_of_the_file(tmp_path):
+    import hashlib
+    btf = tmp_path / "vmlinux"
+    btf.write_bytes(b"\x9f\xeb" + bytes(range(256)))
+    assert progcache.btf_digest(str(btf)) == hashlib.sha256(btf.read_bytes()).hexdigest()[:32]
+    assert progcache.btf_digest(str(tmp_path / "none")) == "none"
