@@ -8,7 +8,8 @@ again at once but at most every CHANGED_S (an event inside that spell is
 kept and read when it ends: a burst of events at a process's start, then a
 malloc, must not wait for the next REFRESH_S, by which time a short process
 has gone), and every process again every
-REFRESH_S (dlopen, munmap, a growing heap, exec), that scan at most every
+REFRESH_S (dlopen, munmap, a growing heap, exec), the run's targets (-p, the
+command `record -- CMD` started) every TARGET_REFRESH_S, that scan at most every
 TICK_S and READS_PER_TICK reads a turn. A read that finds no map (the process has exited;
 a zombie's map is empty) keeps the last one. Memory stays bounded: HISTORY
 distinct snapshots per process (an address unmapped later is still found in
@@ -26,6 +27,10 @@ from futextrace.naming.maps import Snapshot, read_snapshot
 TICK_S = 0.05
 CHANGED_S = 0.01
 REFRESH_S = 2.0          # a new process, an exec and a process with new events are read at once
+# The targets, a few processes, do not wait for their events: a ring buffer's wakeup can
+# come late (seen in QEMU/TCG guests: a command's thread births delivered only after it
+# exited, its heap and thread stacks never read).
+TARGET_REFRESH_S = 0.2
 READS_PER_TICK = 4       # at most 80 maps reads a second (~0.65 ms each): bounded tracer CPU system-wide
 HISTORY = 4
 MAX_PIDS = 2048
@@ -83,10 +88,11 @@ class NameCapture:
                 continue
             self.build_ids[key] = read_build_id(f"/proc/{pid}/map_files/{m.range_name}")
 
-    def tick(self, pids, changed=()) -> None:
+    def tick(self, pids, changed=(), targets=()) -> None:
         """Read the processes due: `changed` ones (a new event) first, then new
         ones, then the oldest reads. `pids`: the processes to keep, or a
-        function that lists them (called only when a scan is due)."""
+        function that lists them (called only when a scan is due); `targets`,
+        among them, are read every TARGET_REFRESH_S, the others every REFRESH_S."""
         now = self._clock()
         self._pending.update(changed)
         for pid in list(self._pending):
@@ -97,7 +103,7 @@ class NameCapture:
             return
         self._last_tick = now
         due = [p for p in (pids() if callable(pids) else pids)
-               if now - self._read_at.get(p, float("-inf")) >= REFRESH_S]
+               if now - self._read_at.get(p, float("-inf")) >= (TARGET_REFRESH_S if p in targets else REFRESH_S)]
         due.sort(key=lambda p: self._read_at.get(p, float("-inf")))
         for pid in due[:READS_PER_TICK]:
             self.snap(pid)

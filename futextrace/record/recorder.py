@@ -57,7 +57,7 @@ class Recorder:
             events = self.session.events
             changed = {e["tgid"] for e in events[self._events_named:]}
             self._events_named = len(events)
-            self.names.tick(lambda: [*self.opts.pids, *self.session.comms], changed)
+            self.names.tick(lambda: [*self.opts.pids, *self.session.comms], changed, self.opts.pids)
             return bool(until and until())
         return self.session.run(until=turn, tick=self._interval_report)
 

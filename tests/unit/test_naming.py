@@ -12,7 +12,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from futextrace.naming import resolve
-from futextrace.naming.capture import CHANGED_S, REFRESH_S, NameCapture
+from futextrace.naming.capture import CHANGED_S, REFRESH_S, TARGET_REFRESH_S, NameCapture
 from futextrace.naming.elfsyms import ElfCache
 from futextrace.naming.maps import Snapshot, parse_maps, stack_pointer
 from futextrace.naming.resolve import Namer
@@ -293,3 +293,18 @@ def test_an_event_inside_the_changed_spell_is_read_when_the_spell_ends():
     clock[0] += CHANGED_S
     cap.tick([7])                        # paid: nothing more until REFRESH_S
     assert cap.reads == 2
+
+
+def test_the_run_s_targets_are_read_without_waiting_for_their_events():
+    """A 6.18 guest showed it: the command's thread births reached futextrace only
+    after it had exited (a late ring-buffer wakeup), so nothing read its heap."""
+    clock = [0.0]
+    cap = NameCapture(clock=lambda: clock[0], read=lambda pid: parse_maps(pid, "1000-2000 rw-p 0 00:00 0 [heap]\n"))
+    cap.tick([7, 8], targets={7})
+    assert cap.reads == 2
+    clock[0] += TARGET_REFRESH_S
+    cap.tick([7, 8], targets={7})        # no event: the target is read again, the other is not
+    assert cap.reads == 3 and TARGET_REFRESH_S < REFRESH_S
+    clock[0] += REFRESH_S
+    cap.tick([7, 8], targets={7})
+    assert cap.reads == 5
