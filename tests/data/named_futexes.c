@@ -10,7 +10,8 @@
  * built without frame pointers), so a user stack walked by frame pointers
  * reads touch ← its caller: settle_accounts (orders_mutex, ledger_gate),
  * reserve_stock (stock_latch, audit_flag, tail_gate), drain_queue (the heap
- * words) and worker (its stack word). None of them is inlined.
+ * words) and worker (its stack word, printed as "stack 0x..." by each
+ * worker). None of them is inlined.
  *
  *   gcc -O1 -pthread -fno-omit-frame-pointer -o named_futexes named_futexes.c
  */
@@ -79,10 +80,16 @@ __attribute__((noinline)) void drain_queue(void)
 	touch(&heap_words[16]);
 }
 
+static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void *worker(void *arg)
 {
 	int local_word = 5;         /* on this thread's stack */
 	(void)arg;
+	pthread_mutex_lock(&print_lock);
+	printf("stack %p\n", (void *)&local_word);
+	fflush(stdout);
+	pthread_mutex_unlock(&print_lock);
 	while (!stop) {
 		/* The globals three times as often: they lead their buckets' address lists. */
 		for (int i = 0; i < 3; i++) {

@@ -79,6 +79,8 @@ def test_each_global_futex_carries_its_symbol_section_and_mapping(named_futexes,
     assert any(truth[n][0] >= rw_file_end(named_futexes) for n in GLOBALS)
     for _n, addr in (x for x in lines if x[0] == "heap"):
         assert (names[addr]["kind"], names[addr]["mapping"], names[addr]["symbol"]) == ("heap", "[heap]", None)
+    stacks = [a for n, a in lines if n == "stack"]         # each worker's local word, as it printed it
+    assert len(stacks) == 2 and all(names[a]["kind"] == "thread_stack" for a in stacks), names
     assert not [a for a, n in names.items() if n["kind"] == "unmapped"], names
 
 
