@@ -9,6 +9,7 @@ import html
 from pathlib import Path
 
 from futextrace.output.text.estimates import approx
+from futextrace.output.text.names_text import first_call_site, name_text
 from futextrace.output.plots.common import pid_names
 from futextrace.recording import Recording
 
@@ -135,6 +136,34 @@ def process_table(rec: Recording) -> str:
             + (f"<p>…and {more} more processes (all in the text report below).</p>" if more > 0 else ""))
 
 
+NAMED_PER_BUCKET = 4   # futexes named per bucket in the colliding-futexes table
+
+
+def colliding_table(rec: Recording) -> str:
+    """The hottest buckets that hold more than one futex, each futex named with
+    the call site of its first lookup (processes[].futex_names)."""
+    names = pid_names(rec)
+    rows = []
+    for p in rec.get("processes") or []:
+        named = p.get("futex_names")
+        if not named:
+            continue
+        for h in p.get("hashes") or []:
+            for b in h.get("hottest") or []:
+                if b.get("futexes", 0) < 2:
+                    continue
+                shown = [f"<code>{_e(a)}</code> {_e(name_text(named[a]) + first_call_site(named[a]))}"
+                         if a in named else f"<code>{_e(a)}</code>" for a in b["addresses"][:NAMED_PER_BUCKET]]
+                more = b["futexes"] - len(shown)
+                rows.append([f"{_e(names.get(p['pid'], p.get('comm', '?')))} ({p['pid']})",
+                             "<br>".join(shown) + (f"<br>…and {more} more" if more > 0 else ""),
+                             f"{_n(b['bucket'])} of {_n(h.get('buckets'))}", _n(b.get("lookups"))])
+    if not rows:
+        return "<p>No named futexes share a bucket in this recording.</p>"
+    return _table(["process", "futexes (name ← call site of the first lookup)", "bucket", "lookups"],
+                  rows[:MAX_ROWS], left=2)
+
+
 def resize_table(rec: Recording) -> str:
     names = pid_names(rec)
     rows = []
@@ -180,6 +209,8 @@ def page(rec: Recording, title: str, text: str, images: list[Path], captions: di
 {figures(images, captions) or "<p>No pictures.</p>"}
 <h2>Processes and their hashes</h2>
 {process_table(rec)}
+<h2>Colliding futexes, named</h2>
+{colliding_table(rec)}
 <h2>Resizes</h2>
 {resize_table(rec)}
 <h2>Per NUMA node</h2>

@@ -7,6 +7,7 @@ import copy
 import json
 from pathlib import Path
 
+from futextrace.output.report_html import page
 from futextrace.output.text import explain_text as T
 from futextrace.output.text.lockwaits_text import lockwait_lines
 from futextrace.output.text.names_text import LEGEND_MAX, name_text, short_name
@@ -118,3 +119,18 @@ def test_explain_names_the_futexes_sharing_a_bucket_only_with_names():
     assert rcm["colliding"][0].startswith(f"bucket {hottest['bucket']} of 16 (lookups): ledger_gate (myapp .bss)")
     assert rcm["colliding"][0].endswith(f"and {hottest['futexes'] - 4} more")
     assert "    colliding in bucket" in T.render(T.explained(named(rec)))
+
+
+def test_the_html_report_names_the_futexes_sharing_a_bucket():
+    rec = json.loads((DATA / "recording-tp-auto.json").read_text())
+    assert "No named futexes share a bucket" in page(rec, "t", "", [], {})
+    rec = named(rec)
+    names = rec["processes"][0]["futex_names"]
+    first = next(iter(names))
+    names[first] = {**names[first], "call_sites": {
+        "first_lookup": _stack(("touch", 0x1c), ("settle_accounts", 0x18)), "lock_waits": []}}
+    html = page(rec, "t", "", [], {})
+    section = html.split("<h2>Colliding futexes, named</h2>")[1].split("<h2>")[0]
+    shared = [b for h in rec["processes"][0]["hashes"] for b in h.get("hottest", []) if b["futexes"] > 1]
+    assert shared and f"<code>{first}</code> ledger_gate (myapp .bss) ← touch+0x1c ← settle_accounts+0x18" in section
+    assert "myapp .bss+0x4480 (no symbol: stripped)" in section
