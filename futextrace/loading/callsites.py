@@ -24,10 +24,8 @@ def call_site_macros(on: bool, ncpu_ids: int) -> dict[str, int]:
 
 
 def read(program) -> list[dict]:
-    """[{tgid, what: "first_lookup"|"lock_wait", nth, uaddr, ips}] ([] when the
-    program was built without call sites)."""
-    if not getattr(program, "call_sites", False):
-        return []
+    """[{tgid, what: "first_lookup"|"lock_wait", nth, uaddr, ips}] (the map is
+    declared, one entry and empty, in a program built without call sites)."""
     what = {SITE["FT_SITE_FIRST"]: "first_lookup", SITE["FT_SITE_WAIT"]: "lock_wait"}
     out = []
     for k, v in program.bpf["call_sites"].items():

@@ -208,8 +208,9 @@ def cflags_for(model, method: str, filters: Filters, max_futexes: int,
     off.update(node_macros(model.topology.possible_nodes))   # nr_node_ids: possible nodes
     if off["OFF_REGS_DI"] != off["OFF_REGS_SI"] + 8:
         raise EnvironmentProblem("unexpected struct pt_regs layout (si/di not adjacent): unsupported kernel")
-    off.update(_size_macros(max_futexes, ncpu_ids or nr_cpu_ids()))
-    off.update(call_site_macros(call_sites, ncpu_ids or nr_cpu_ids()))
+    ncpu_ids = ncpu_ids or nr_cpu_ids()
+    off.update(_size_macros(max_futexes, ncpu_ids))
+    off.update(call_site_macros(call_sites, ncpu_ids))
     flags = [f"-D{k}={v}" for k, v in {**off, **lockwait_macros(model)}.items()]
     flags += ["-DCALL_SITES"] if call_sites else []
     flags += filter_cflags(method, filters)

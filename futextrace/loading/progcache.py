@@ -79,9 +79,14 @@ def built_for(text: str, cflags: list[str], header: str) -> dict:
             "source": _digest(text, header), "cflags": list(cflags)}
 
 
+def key_of(made_for: dict) -> str:
+    """The entry's file name: a digest of everything it is built for (built_for)."""
+    b = made_for
+    return _digest(str(FORMAT), b["source"], *b["cflags"], b["kernel_source"], b["release"], b["btf"], b["bcc"])
+
+
 def cache_key(text: str, cflags: list[str], header: str) -> str:
-    b = built_for(text, cflags, header)
-    return _digest(str(FORMAT), b["source"], *cflags, b["kernel_source"], b["release"], b["btf"], b["bcc"])
+    return key_of(built_for(text, cflags, header))
 
 
 def mismatch(entry: dict, wanted: dict) -> str | None:
@@ -285,8 +290,8 @@ def compile_program(BPF, text: str, cflags: list[str], header: str, method: str 
         b = full_class(text=text.encode(), cflags=cflags)
         b.compile_cache, b.cacheable = "off", False
         return b
-    path = cache_dir() / f"{cache_key(text, cflags, header)}.json"
-    made_for = built_for(text, cflags, header)
+    made_for = built_for(text, cflags, header)      # read once: the key and the check are both of it
+    path = cache_dir() / f"{key_of(made_for)}.json"
     entry = read_entry(path)
     status = "miss"
     if entry is not None and mismatch(entry, made_for):

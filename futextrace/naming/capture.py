@@ -27,9 +27,8 @@ from futextrace.naming.maps import Snapshot, read_snapshot
 TICK_S = 0.05
 CHANGED_S = 0.01
 REFRESH_S = 2.0          # a new process, an exec and a process with new events are read at once
-# The targets, a few processes, do not wait for their events: a ring buffer's wakeup can
-# come late (seen in QEMU/TCG guests: a command's thread births delivered only after it
-# exited, its heap and thread stacks never read).
+# The targets (-p, a launched command) are a few processes, cheap to read often, and their
+# map changes (a malloc that grows the heap, an mmap) come with no event of ours.
 TARGET_REFRESH_S = 0.2
 READS_PER_TICK = 4       # at most 80 maps reads a second (~0.65 ms each): bounded tracer CPU system-wide
 HISTORY = 4

@@ -296,8 +296,8 @@ def test_an_event_inside_the_changed_spell_is_read_when_the_spell_ends():
 
 
 def test_the_run_s_targets_are_read_without_waiting_for_their_events():
-    """A 6.18 guest showed it: the command's thread births reached futextrace only
-    after it had exited (a late ring-buffer wakeup), so nothing read its heap."""
+    """A target's map changes (a heap grown by malloc) come with no event: it is
+    read every TARGET_REFRESH_S, the rest every REFRESH_S."""
     clock = [0.0]
     cap = NameCapture(clock=lambda: clock[0], read=lambda pid: parse_maps(pid, "1000-2000 rw-p 0 00:00 0 [heap]\n"))
     cap.tick([7, 8], targets={7})
