@@ -113,14 +113,39 @@ def limit(seconds: float) -> float:
     return seconds * 10 if in_vm_guest() else seconds
 
 
+def world_readable_copy() -> Path:
+    """A copy of the package and its pure-Python dependencies that `nobody`
+    can read: CI's checkout (and its venv) may sit in a directory only root
+    may enter (a clone in `mktemp -d` is 0700)."""
+    import importlib.util
+    import tempfile
+    top = Path(tempfile.mkdtemp(prefix="futextrace-nobody-", dir="/tmp"))
+    shutil.copytree(REPO / "futextrace", top / "futextrace")
+    shutil.copytree(REPO / "bpf", top / "bpf")
+    for dep in ("click",):
+        shutil.copytree(Path(importlib.util.find_spec(dep).origin).parent, top / dep)
+    for d, _, files in os.walk(top):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
+    return top
+
+
 def cli(*args, user: int | None = None, env: dict | None = None, timeout: float = 300):
-    """Run `futextrace ARGS` from the checkout; `user` drops root first (setpriv)."""
-    cmd = [*FT, *map(str, args)]
-    if user is not None:
-        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
-               "--inh-caps=-all", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=limit(timeout), cwd=REPO,
-                          env=None if env is None else {**os.environ, **env})
+    """Run `futextrace ARGS` from the checkout. `user` drops root first
+    (setpriv) and runs the system python on a world_readable_copy(): that
+    user may not be able to enter the checkout or its venv."""
+    if user is None:
+        return subprocess.run([*FT, *map(str, args)], capture_output=True, text=True, timeout=limit(timeout),
+                              cwd=REPO, env=None if env is None else {**os.environ, **env})
+    top = world_readable_copy()
+    try:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--inh-caps=-all",
+               "/usr/bin/python3", "-m", "futextrace.cli", *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=limit(timeout), cwd=top,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(top), **(env or {})})
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def one_line_error(res, code: int | None = None) -> str:
