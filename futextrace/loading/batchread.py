@@ -42,7 +42,8 @@ def struct_format(ctype) -> tuple[str, list[str]]:
 def lookup_batch(table) -> tuple[memoryview, memoryview, int] | None:
     """(keys buffer, values buffer, count) of the whole map, or None where
     the kernel has no batch lookup for it."""
-    from bcc import lib
+    from futextrace.loading.bcclite import lib as bcc_lib
+    lib = bcc_lib()
     n = table.max_entries
     keys = (table.Key * n)()
     values = (table.Leaf * n)()     # BCC's PerCpuHash leaf: one value per possible CPU

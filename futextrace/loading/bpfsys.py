@@ -1,6 +1,8 @@
-"""The bpf(2) system call, for the few things BCC 0.26 does not do: load a
-BTF-attached tracing program (tp_btf in tpbtf.py, the task iterator in
-iterator.py) and read a program's run statistics."""
+"""The bpf(2) system call, for what BCC 0.26 does not do or should not be
+loaded for: load a BTF-attached tracing program (tp_btf in tpbtf.py, the task
+iterator in iterator.py), create the maps and load the programs of a cached
+program without BCC's compiler (bcclite.py, progcache.py), and read a
+program's run statistics."""
 from __future__ import annotations
 
 import ctypes
@@ -9,6 +11,7 @@ import struct
 from dataclasses import dataclass
 
 _NR_BPF = 321                  # x86_64
+BPF_MAP_CREATE = 0
 BPF_PROG_LOAD = 5
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_RAW_TRACEPOINT_OPEN = 17
@@ -18,6 +21,9 @@ BPF_RAW_TRACEPOINT_OPEN = 17
 _PROG_INFO_SIZE = 216
 _RUN_STATS_OFF = 192
 
+BPF_PROG_TYPE_KPROBE = 2
+BPF_PROG_TYPE_TRACEPOINT = 5
+BPF_PROG_TYPE_RAW_TRACEPOINT = 17
 BPF_PROG_TYPE_TRACING = 26
 BPF_TRACE_RAW_TP = 23          # expected_attach_type of a tp_btf program
 BPF_TRACE_ITER = 28            # ... of an iterator
@@ -36,23 +42,47 @@ def bpf(cmd: int, attr: bytes | bytearray) -> int:
     return ret
 
 
+def create_map(map_type: int, key_size: int, value_size: int, max_entries: int,
+               flags: int, name: str) -> int:
+    """BPF_MAP_CREATE, as BCC creates a declared map (no BTF: none of ours
+    holds a lock, timer or kernel pointer); the map's fd."""
+    attr = bytearray(ATTR_SIZE)
+    # union bpf_attr, BPF_MAP_CREATE: map_type, key_size, value_size,
+    # max_entries, map_flags, inner_map_fd, numa_node, map_name[16]
+    struct.pack_into("<IIIIIII16s", attr, 0, map_type, key_size, value_size, max_entries,
+                     flags, 0, 0, name.encode()[:15])
+    return bpf(BPF_MAP_CREATE, attr)
+
+
+def load_program(insns: bytes, name: str, prog_type: int, license_: str, kern_version: int) -> int:
+    """BPF_PROG_LOAD of compiled `insns` as `prog_type` (a kprobe, tracepoint
+    or raw tracepoint program: no BTF attach point); the program fd. A refusal
+    raises OSError with `verifier_says` (load_tracing)."""
+    return _load(insns, name, prog_type, license_, kern_version, 0, 0)
+
+
 def load_tracing(insns: bytes, name: str, attach_type: int, btf_id: int) -> int:
     """BPF_PROG_LOAD of BCC-compiled `insns` as BPF_PROG_TYPE_TRACING with
     `attach_type` on BTF id `btf_id`; returns the program fd. No verifier log on
     the first try: logging every instruction it checks made a tp_btf load take
     0.76 s instead of 0.1 s. A refusal is retried with the log, and the OSError
     raised carries `verifier_says`: the verifier's reason."""
+    return _load(insns, name, BPF_PROG_TYPE_TRACING, "GPL", 0, attach_type, btf_id)
+
+
+def _load(insns: bytes, name: str, prog_type: int, license_: str, kern_version: int,
+          attach_type: int, btf_id: int) -> int:
     code = ctypes.create_string_buffer(insns, len(insns))
-    license_ = ctypes.create_string_buffer(b"GPL")
+    license_buf = ctypes.create_string_buffer(license_.encode())
     log = ctypes.create_string_buffer(1 << 20)
     for log_level in (0, 1):
         attr = bytearray(ATTR_SIZE)
         # union bpf_attr, BPF_PROG_LOAD: prog_type, insn_cnt, insns, license,
         # log_level, log_size, log_buf, kern_version, prog_flags, prog_name[16]
-        struct.pack_into("<IIQQIIQII16s", attr, 0, BPF_PROG_TYPE_TRACING, len(insns) // 8,
-                         ctypes.addressof(code), ctypes.addressof(license_), log_level,
+        struct.pack_into("<IIQQIIQII16s", attr, 0, prog_type, len(insns) // 8,
+                         ctypes.addressof(code), ctypes.addressof(license_buf), log_level,
                          len(log) if log_level else 0, ctypes.addressof(log) if log_level else 0,
-                         0, 0, name.encode()[:15])
+                         kern_version, 0, name.encode()[:15])
         struct.pack_into("<I", attr, 68, attach_type)   # expected_attach_type
         struct.pack_into("<I", attr, 108, btf_id)       # attach_btf_id
         try:

@@ -8,13 +8,13 @@ one `struct ft_iter_task` (bpf/futextrace.h) per process.
 
 The program uses no map, so its instructions do not depend on the load: they
 are cached with the record's layout (BCC's description of the struct) under
-$FUTEXTRACE_CACHE/iter, keyed by the source and every -D flag, and later runs
-skip the compiler. Everything is closed when `TaskIterator.close()` runs.
+$FUTEXTRACE_CACHE/iter, keyed and checked as the program cache's entries are
+(progcache.built_for: the source, every -D flag, the kernel and BCC), and
+later runs skip the compiler. Everything is closed when `TaskIterator.close()` runs.
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import struct
@@ -24,7 +24,7 @@ from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
 from futextrace.kernel.layout import bpf_dir
 from futextrace.loading.bpfsys import ATTR_SIZE, BPF_TRACE_ITER, bpf, load_tracing
-from futextrace.loading import progcache
+from futextrace.loading import bcclite, progcache
 
 # A snapshot read by this iterator says so: its "method" (record/hashread.py header()),
 # which output/text/hashes_text.py reads back.
@@ -74,20 +74,34 @@ def _compile(source: str, flags: list[str]) -> dict:
     return {"format": progcache.FORMAT, "insns": insns.hex(), "leaf": leaf}
 
 
+def _entry_path(made_for: dict) -> Path:
+    return _cache_dir() / f"task-{progcache.key_of(made_for)}.json"
+
+
 def compiled(model) -> tuple[bytes, type]:
     """(instructions, ctypes type of struct ft_iter_task), from the cache when it has them."""
     source = (bpf_dir() / "iter_task.bpf.c").read_text()
     flags = cflags(model) + [f"-I{bpf_dir()}", "-Wno-macro-redefined"]
     header = (bpf_dir() / "futextrace.h").read_text()
-    key = hashlib.sha256("\0".join([source, header, *flags]).encode()).hexdigest()[:24]
-    path = _cache_dir() / f"task-{key}.json"
-    # The program cache's reading and writing: only entries this user wrote, best effort.
+    made_for = progcache.built_for(source, flags, header)
+    path = _entry_path(made_for)
+    # The program cache's reading, writing and checking: only entries this
+    # user wrote, best effort, never one built for another kernel or flags.
     entry = progcache.read_entry(path)
-    if entry is None:
-        entry = _compile(source, flags)
+    if entry is None or progcache.mismatch(entry, made_for):
+        entry = {**_compile(source, flags), "built_for": made_for}
         progcache.write_entry(path, entry)
-    from bcc import BPF   # BCC turns its own layout description into ctypes
-    return bytes.fromhex(entry["insns"]), BPF._decode_table_type(json.loads(entry["leaf"]))
+    return bytes.fromhex(entry["insns"]), decode_type(json.loads(entry["leaf"]))
+
+
+def decode_type(desc):
+    """BCC's own turning of its layout description into ctypes: from its
+    compiler-free package where it runs (no LLVM on a warm start)."""
+    try:
+        BPF = bcclite.bcc().BPF
+    except bcclite.Unavailable:
+        from bcc import BPF
+    return BPF._decode_table_type(desc)
 
 
 def _load(insns: bytes, btf_id: int) -> int:

@@ -18,7 +18,7 @@ from futextrace.kernel.headers import bcc_environment
 from futextrace.kernel.layout import bpf_dir, header_text
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
 from futextrace.loading import lockwaits, fentry, kprobes, preconditions, tpbtf
-from futextrace.loading.bpfsys import prog_stats
+from futextrace.loading.bpfsys import BPF_PROG_TYPE_RAW_TRACEPOINT, prog_stats
 from futextrace.loading.callsites import call_site_macros
 from futextrace.loading.lockwaits import lockwait_macros
 from futextrace.loading.kprobes import attach_kprobes
@@ -293,8 +293,7 @@ def compile_only(method: str, cflags: list[str]):
     cache, loading and attaching nothing; the BPF object, to clean up."""
     _check_can_load(method)
     bcc_environment()
-    from bcc import BPF
-    return _compile(BPF, method, cflags, attach=False)
+    return _compile(method, cflags, attach=False)
 
 
 def sys_enter_btf_id(model) -> int | None:
@@ -310,9 +309,9 @@ def _check_can_load(method: str) -> None:
     preconditions.require_root()
 
 
-def _compile(BPF, method: str, cflags: list[str], attach: bool = True):
+def _compile(method: str, cflags: list[str], attach: bool = True):
     try:
-        return compile_program(BPF, source_for(method), cflags, header_text(), method, attach)
+        return compile_program(source_for(method), cflags, header_text(), method, attach)
     except Exception as e:  # BCC raises bare Exceptions for compile/load/attach errors
         raise KernelRefused(f"the kernel refused the {method} programs: {str(e).splitlines()[0]}")
 
@@ -336,8 +335,7 @@ class Program:
                  exact_prctl: bool = False, before_counting=None, contention: bool = True,
                  call_sites: bool = False):
         _check_can_load(method)
-        bcc_environment()
-        from bcc import BPF  # after bcc_environment(): BCC reads the header path at compile time
+        bcc_environment()   # before any compile: BCC reads the header path then
         self.method = method
         # Tracepoint method: hook prctl's exit for exact PR_FUTEX_HASH results
         # (costs every syscall a tracepoint call) instead of inferring them.
@@ -371,29 +369,29 @@ class Program:
         # user space (--comm's tgids) is complete when counting starts.
         self._before_counting = before_counting
         self._prepared = None
-        self._load_and_attach(BPF, model, contention)
+        self._load_and_attach(model, contention)
 
-    def _load_and_attach(self, BPF, model, contention: bool) -> None:
+    def _load_and_attach(self, model, contention: bool) -> None:
         """Compile (or replay) the programs, fill the filters, attach the
         method's hooks (the counting one last) and the lock tracepoints."""
         t0 = time.monotonic()
-        self._bpf = _compile(BPF, self.method, first_compile_flags(self._cflags, self._tp_btf_id))
+        self._bpf = _compile(self.method, first_compile_flags(self._cflags, self._tp_btf_id))
         atexit.register(self.close)
         t1 = time.monotonic()
         t1_ns = time.monotonic_ns()
         self._fill_filters()
-        self.probes = self._attach_method(BPF, model)
+        self.probes = self._attach_method(model)
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
             self.counting_from = (t1_ns, time.monotonic_ns())
         self.contention = self._attach_contention(model) if contention else "not asked for"
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
         release_freed_heap()
 
-    def _attach_method(self, BPF, model) -> list[str]:
+    def _attach_method(self, model) -> list[str]:
         """The method's hooks; the probes attached, as listed in the recording."""
         task_probes = task_event_probes(self._cflags)
         if self.method == "tracepoint":
-            return self._attach_syscall_hooks(BPF) + task_probes
+            return self._attach_syscall_hooks() + task_probes
         if self.method == "fentry":
             try:
                 self._prepare()   # --comm's tgids in the filter before the counting fexit attaches
@@ -418,7 +416,7 @@ class Program:
         self.counting_from, self._hot_kprobe = stamps.get("counting"), stamps.get("event")
         return probes
 
-    def _attach_syscall_hooks(self, BPF) -> list[str]:
+    def _attach_syscall_hooks(self) -> list[str]:
         """sys_enter as a BTF tracepoint where the kernel takes it (plain loads
         of the syscall's registers: the cheap path), else as a raw tracepoint;
         with exact_prctl, prctl's own exit tracepoint for PR_FUTEX_HASH results.
@@ -430,10 +428,10 @@ class Program:
             try:
                 prog = tpbtf.load(self._bpf, "ft_btf_sys_enter", self._tp_btf_id)
             except KernelRefused as e:
-                return self._fall_back_to_raw(BPF, e)
+                return self._fall_back_to_raw(e)
         try:
             if prog is None:
-                self._bpf.load_func(b"ft_raw_sys_enter", BPF.RAW_TRACEPOINT)
+                self._bpf.load_func(b"ft_raw_sys_enter", BPF_PROG_TYPE_RAW_TRACEPOINT)
             # futex_waitv entries beyond one program's verifier budget: a tail call.
             tpbtf.fill_tail_call(self._bpf, "waitv_progs", "ft_btf_waitv_chunk", "ft_raw_waitv_chunk",
                                  self._tp_btf_id if prog is not None else None)
@@ -450,7 +448,7 @@ class Program:
                     self._tp_btf.append((tpbtf.attach_loaded(prog, "ft_btf_sys_enter"), prog))
                 except KernelRefused as e:
                     os.close(prog)
-                    return self._fall_back_to_raw(BPF, e)
+                    return self._fall_back_to_raw(e)
             self.counting_from = (t0, time.monotonic_ns())
             return ["tp_btf:sys_enter" if prog is not None else "raw_tracepoint:sys_enter"] + probes
         except Exception as e:  # BCC raises bare Exceptions
@@ -462,12 +460,12 @@ class Program:
             self._before_counting(self._bpf)
             self._prepared = self._bpf
 
-    def _fall_back_to_raw(self, BPF, why: KernelRefused) -> list[str]:
+    def _fall_back_to_raw(self, why: KernelRefused) -> list[str]:
         """The kernel refused tp_btf: the raw sys_enter hook instead (recompiled)."""
         self.fallback_reason = str(why)
         self._tp_btf_id = None
-        self._recompile_with_raw_hook(BPF)
-        return self._attach_syscall_hooks(BPF)
+        self._recompile_with_raw_hook()
+        return self._attach_syscall_hooks()
 
     def _attach_contention(self, model) -> str:
         """lock:contention_begin/end for bucket-lock waits (loading/lockwaits.py);
@@ -484,12 +482,12 @@ class Program:
         self.probes += probes
         return "attached"
 
-    def _recompile_with_raw_hook(self, BPF) -> None:
+    def _recompile_with_raw_hook(self) -> None:
         """The kernel refused tp_btf, and the first compile left the raw hook
         out: compile again with it (new maps, so the filters again)."""
         self._bpf.cleanup()
         self._bpf = None
-        self._bpf = _compile(BPF, self.method, self._cflags)
+        self._bpf = _compile(self.method, self._cflags)
         self._fill_filters()
 
     def detach_counting_hook(self) -> bool:

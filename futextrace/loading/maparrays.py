@@ -137,7 +137,8 @@ class ArrayReader(MapReader):
         if not forgotten:
             return keys, stats
         gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))
-        from bcc import lib
+        from futextrace.loading.bcclite import lib as bcc_lib
+        lib = bcc_lib()
         for i in np.flatnonzero(gone).tolist():
             key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
             if lib.bpf_delete_elem(table.map_fd, ct.byref(key)) != 0:

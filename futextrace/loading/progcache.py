@@ -2,21 +2,25 @@
 
 BCC compiles a program's C text with clang and LLVM on every run: 1.1 of the
 1.5 s `record` takes to attach on a 2-CPU machine, over 30 s in a QEMU/TCG
-guest. What the compiler produces is BPF instructions per function, and they
-name each map by the file descriptor BCC created for it (ld_imm64 with
-src_reg BPF_PSEUDO_MAP_FD). So the first compile's instructions are kept
-under $FUTEXTRACE_CACHE/prog with each map reference recorded by map name,
-keyed by everything that decides them: the text, the shared header, every -D
-flag (the kernel's offsets among them), BCC's library and the header tree.
+guest, and 81 MiB of compiler pages that stay mapped. What the compiler
+produces is BPF instructions per function, and they name each map by the
+file descriptor BCC created for it (ld_imm64 with src_reg
+BPF_PSEUDO_MAP_FD). So the first compile's instructions are kept under
+$FUTEXTRACE_CACHE/prog with each map reference recorded by map name and
+every map described (type, sizes, flags, BCC's type descriptions), keyed by
+everything that decides them: the text, the shared header, every -D flag
+(the kernel's offsets among them), the kernel, BCC's library and the header
+tree.
 
-A later run compiles only the map declarations (the same text with
--DFT_MAPS_ONLY, which leaves every function out: bpf/*.c), so BCC creates
-the maps and its table objects as usual; each cached map reference is then
-patched with the new map's fd and the instructions are loaded through BCC's
-own bcc_func_load. The kernel's verifier checks them as it checks any load.
-Where the new maps differ from the cached description in any way, the text
-is compiled in full, as without a cache. FUTEXTRACE_NO_PROG_CACHE=1 turns
-the cache off.
+A later run needs no compiler at all (CachedBPF): the maps are created from
+their description with bpf(2), each cached map reference is patched with the
+new map's fd, and the instructions are loaded with bpf(2); BCC's own table,
+attach and ring-buffer code runs over its compiler-free library
+(loading/bcclite.py), so LLVM is never mapped. The kernel's verifier checks
+the instructions as it checks any load. Where that cannot be done (BCC's
+package will not run without its compiler, a map cannot be created, a
+program is refused), the text is compiled in full, as without a cache.
+FUTEXTRACE_NO_PROG_CACHE=1 turns the cache off.
 
 Each entry also records what it was built for (`built_for`: kernel release,
 a digest of the kernel's BTF, BCC's library, the text and every flag) and a
@@ -27,7 +31,9 @@ something out would otherwise load on its name alone.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes as ct
+import functools
 import hashlib
 import json
 import os
@@ -37,8 +43,9 @@ from pathlib import Path
 
 from futextrace.kernel import modelcache
 from futextrace.kernel.model import VMLINUX_BTF
+from futextrace.loading import bcclite, bpfsys
 
-FORMAT = 2                   # 2: built_for recorded and checked
+FORMAT = 3                   # 2: built_for recorded and checked; 3: maps described in full (sizes)
 LD_IMM64 = 0x18              # BPF_LD | BPF_IMM | BPF_DW: the only insn that carries a map
 PSEUDO_MAP_FD = 1            # its src_reg when imm is a map fd
 MAX_ENTRY_BYTES = 16 << 20   # a cache file larger than this is not ours
@@ -52,13 +59,18 @@ def cache_dir() -> Path:
 
 
 def _bcc_library() -> str:
-    """Path, size and mtime of the libbcc this process mapped: a new BCC, a new key."""
+    """Path, size and mtime of BCC's libbcc.so, found beside the compiler-free
+    libbcc_bpf.so (one package ships both) so that a warm start, which never
+    loads libbcc.so, keys its entry as the compile that wrote it: a new BCC, a
+    new key."""
     try:
+        ct.CDLL(bcclite.LIBRARY)      # mapped by the replay anyway; 0.4 MiB, no compiler
         with open("/proc/self/maps") as f:
-            path = next((ln.split()[-1] for ln in f if "libbcc.so" in ln), "")
-        st = os.stat(path)
-        return f"{path}:{st.st_size}:{st.st_mtime_ns}"
-    except (OSError, StopIteration):
+            path = next((ln.split()[-1] for ln in f if bcclite.LIBRARY.split(".")[0] + ".so" in ln), "")
+        compiler = os.path.realpath(os.path.join(os.path.dirname(path), "libbcc.so.0"))
+        st = os.stat(compiler)
+        return f"{compiler}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
         return "unknown"
 
 
@@ -101,24 +113,32 @@ def _lib():
     from bcc import lib
     lib.bpf_num_tables.restype = ct.c_ulonglong
     lib.bpf_num_tables.argtypes = [ct.c_void_p]
-    lib.bpf_table_name.restype = ct.c_char_p
-    lib.bpf_table_name.argtypes = [ct.c_void_p, ct.c_ulonglong]
+    for name, restype in (("bpf_table_name", ct.c_char_p), ("bpf_table_key_size_id", ct.c_size_t),
+                          ("bpf_table_leaf_size_id", ct.c_size_t)):
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = [ct.c_void_p, ct.c_ulonglong]
     return lib
 
 
-def tables(module) -> dict[str, list]:
-    """name -> [type, max entries, flags, key description, value description,
-    ring/perf buffer record fields]: what must match."""
+def tables(module) -> list[dict]:
+    """Every map a compiled module declares, in its order, as CachedBPF
+    creates it and BCC's table classes describe it: type, max entries, flags,
+    key and value sizes, key and value type descriptions, ring/perf buffer
+    record fields."""
     lib = _lib()
-    out = {}
+    out = []
     for i in range(lib.bpf_num_tables(module)):
         name = lib.bpf_table_name(module, i)
-        fields = [lib.bpf_perf_event_field(module, name, k).decode()
-                  for k in range(lib.bpf_perf_event_fields(module, name))]
-        out[name.decode()] = [lib.bpf_table_type_id(module, i), lib.bpf_table_max_entries_id(module, i),
-                              lib.bpf_table_flags_id(module, i),
-                              (lib.bpf_table_key_desc(module, name) or b"").decode(),
-                              (lib.bpf_table_leaf_desc(module, name) or b"").decode(), fields]
+        out.append({"name": name.decode(), "type": lib.bpf_table_type_id(module, i),
+                    "max_entries": lib.bpf_table_max_entries_id(module, i),
+                    "flags": lib.bpf_table_flags_id(module, i),
+                    "key_size": lib.bpf_table_key_size_id(module, i),
+                    "leaf_size": lib.bpf_table_leaf_size_id(module, i),
+                    "key_desc": (lib.bpf_table_key_desc(module, name) or b"").decode(),
+                    "leaf_desc": (lib.bpf_table_leaf_desc(module, name) or b"").decode(),
+                    "fields": [lib.bpf_perf_event_field(module, name, k).decode()
+                               for k in range(lib.bpf_perf_event_fields(module, name))]})
     return out
 
 
@@ -144,7 +164,7 @@ def cache_entry(bpf, made_for: dict | None = None, method: str = "") -> dict | N
     field out would load on the name alone, with another kernel's offsets."""
     lib = _lib()
     described = tables(bpf.module)
-    fd_names = {lib.bpf_table_fd(bpf.module, name.encode()): name for name in described}
+    fd_names = {lib.bpf_table_fd(bpf.module, t["name"].encode()): t["name"] for t in described}
     functions = {}
     for i in range(lib.bpf_num_functions(bpf.module)):
         name = lib.bpf_function_name(bpf.module, i).decode()
@@ -217,43 +237,36 @@ def _compile_only_class(BPF):
     return CompileOnlyBPF
 
 
-def _replay_class(BPF):
-    lib = _lib()
+@functools.lru_cache(maxsize=None)
+def _cached_class(BPF):
+    class CachedBPF(BPF):
+        """BCC's BPF object for a cache entry, with no compiler: its maps
+        created from the entry's description (bcclite.CachedModule), its
+        functions the entry's instructions, each map reference patched with
+        the new map's fd. BCC's own code does the rest: tables, attach,
+        autoload, ring buffers, cleanup."""
 
-    class ReplayBPF(BPF):
-        """A BPF object whose maps BCC made from the declarations alone and
-        whose functions come from a cache entry."""
-
-        def __init__(self, entry: dict, attach: bool = True, **kwargs):
+        def __init__(self, entry: dict, attach: bool = True):
+            # What BPF.__init__ sets up, without its compile.
+            for name in ("kprobe_fds", "uprobe_fds", "tracepoint_fds", "raw_tracepoint_fds",
+                         "kfunc_entry_fds", "kfunc_exit_fds", "lsm_fds", "perf_buffers",
+                         "open_perf_events", "funcs", "tables"):
+                setattr(self, name, {})
+            self._ringbuf_manager, self.tracefile, self.debug, self.module = None, None, 0, None
             self._entry = entry
-            self._attach = attach
-            self.maps_match = False
-            super().__init__(**kwargs)
-
-        def _trace_autoload(self):
-            # Runs inside BPF.__init__, once the maps exist: check them before
-            # anything is attached, then attach what BCC would have.
-            self.maps_match = tables(self.module) == self._entry["tables"]
-            if not (self.maps_match and self._attach):
-                return
-            for name in self._entry["functions"]:
-                fn = name.encode()
-                if name.startswith("kprobe__"):
-                    self.attach_kprobe(event=self.fix_syscall_fnname(fn[8:]), fn_name=fn)
-                elif name.startswith("kretprobe__"):
-                    self.attach_kretprobe(event=self.fix_syscall_fnname(fn[11:]), fn_name=fn)
-                elif name.startswith("tracepoint__"):
-                    self.attach_tracepoint(tp=fn[len(b"tracepoint__"):].replace(b"__", b":"), fn_name=fn)
-                elif name.startswith("raw_tracepoint__"):
-                    self.attach_raw_tracepoint(tp=fn[len(b"raw_tracepoint__"):], fn_name=fn)
+            atexit.register(self.cleanup)
+            self.module = bcclite.register(bcclite.CachedModule(entry))
+            if attach:
+                self._trace_autoload()
 
         def _insns(self, func_name: bytes) -> bytes:
             fn = self._entry["functions"].get(func_name.decode())
             if fn is None:
                 raise Exception(f"Unknown program {func_name}")   # as BCC says it
+            fds = bcclite.fds_by_name(self.module)
             insns = bytearray.fromhex(fn["insns"])
             for index, table in fn["maps"]:
-                struct.pack_into("<i", insns, index * 8 + 4, lib.bpf_table_fd(self.module, table.encode()))
+                struct.pack_into("<i", insns, index * 8 + 4, fds[table])
             return bytes(insns)
 
         def dump_func(self, func_name):
@@ -263,31 +276,55 @@ def _replay_class(BPF):
             func_name = func_name if isinstance(func_name, bytes) else func_name.encode()
             if func_name in self.funcs:
                 return self.funcs[func_name]
-            insns = self._insns(func_name)
-            buf = ct.create_string_buffer(insns, len(insns))
-            fd = lib.bcc_func_load(self.module, prog_type, func_name, buf, len(insns),
-                                   self._entry["license"].encode(), self._entry["kern_version"],
-                                   0, None, 0, device, attach_type)
-            if fd < 0:
-                raise Exception(f"Failed to load BPF program {func_name}: {os.strerror(ct.get_errno())}")
+            try:
+                fd = bpfsys.load_program(self._insns(func_name), func_name.decode(), prog_type,
+                                         self._entry["license"], self._entry["kern_version"])
+            except OSError as e:     # as BCC says it, with the verifier's reason
+                raise Exception(f"Failed to load BPF program {func_name}: {e.strerror}"
+                                + (f": {e.verifier_says}" if getattr(e, "verifier_says", "") else ""))
             fn = BPF.Function(self, func_name, fd)
             self.funcs[func_name] = fn
             return fn
 
-    return ReplayBPF
+    return CachedBPF
 
 
-def compile_program(BPF, text: str, cflags: list[str], header: str, method: str = "",
-                    attach: bool = True):
-    """BCC's BPF object for `text`: replayed from the cache where it has this
-    program, else compiled (and cached). Its `compile_cache` attribute says
-    which: "hit", "miss" (compiled, now cached), "stale" (the cached maps did
-    not match: compiled), "mismatch" (the entry was built for another kernel,
-    BCC, text or flags: compiled), "off". `attach=False` (cache build): BCC
-    attaches and loads nothing, not even its autoloaded functions."""
-    full_class = BPF if attach else _compile_only_class(BPF)    # what compiles the text in full
+def _replay(entry: dict, attach: bool):
+    """The entry as a BPF object made without BCC's compiler, or None where
+    it cannot be (then the text is compiled): BCC's package will not run
+    over its compiler-free library, a map cannot be created, or a program
+    autoloaded with the maps is refused."""
+    if not bcclite.enabled():
+        return None
+    try:
+        cls = _cached_class(bcclite.bcc().BPF)
+    except bcclite.Unavailable:
+        return None
+    b = cls.__new__(cls)
+    try:
+        b.__init__(entry, attach)
+    except Exception:  # noqa: BLE001 - BCC raises bare Exceptions; bpf(2) OSError
+        b.cleanup()
+        return None
+    return b
+
+
+def _compile(text: str, cflags: list[str], attach: bool):
+    """BCC's BPF object for `text`, compiled by clang and LLVM (libbcc.so)."""
+    from bcc import BPF
+    return (BPF if attach else _compile_only_class(BPF))(text=text.encode(), cflags=cflags)
+
+
+def compile_program(text: str, cflags: list[str], header: str, method: str = "", attach: bool = True):
+    """BCC's BPF object for `text`: from the cache, with no compiler, where it
+    has this program, else compiled (and cached). Its `compile_cache`
+    attribute says which: "hit", "miss" (compiled, now cached), "stale" (the
+    entry could not be loaded without the compiler: compiled), "mismatch"
+    (the entry was built for another kernel, BCC, text or flags: compiled),
+    "off". `attach=False` (cache build): nothing is attached or loaded, not
+    even BCC's autoloaded functions."""
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
-        b = full_class(text=text.encode(), cflags=cflags)
+        b = _compile(text, cflags, attach)
         b.compile_cache, b.cacheable = "off", False
         return b
     made_for = built_for(text, cflags, header)      # read once: the key and the check are both of it
@@ -297,13 +334,12 @@ def compile_program(BPF, text: str, cflags: list[str], header: str, method: str 
     if entry is not None and mismatch(entry, made_for):
         entry, status = None, "mismatch"
     if entry is not None:
-        b = _replay_class(BPF)(entry, attach, text=text.encode(), cflags=cflags + ["-DFT_MAPS_ONLY"])
-        if b.maps_match:
-            b.compile_cache = "hit"
+        b = _replay(entry, attach)
+        if b is not None:
+            b.compile_cache, b.cacheable = "hit", True
             return b
-        b.cleanup()
         status = "stale"
-    b = full_class(text=text.encode(), cflags=cflags)
+    b = _compile(text, cflags, attach)
     fresh = cache_entry(b, made_for, method)
     if fresh is not None:
         write_entry(path, fresh)

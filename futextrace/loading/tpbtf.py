@@ -14,7 +14,8 @@ import ctypes
 import os
 import struct
 
-from futextrace.loading.bpfsys import BPF_RAW_TRACEPOINT_OPEN, BPF_TRACE_RAW_TP, bpf, load_tracing
+from futextrace.loading.bpfsys import (BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_RAW_TRACEPOINT_OPEN, BPF_TRACE_RAW_TP,
+                                       bpf, load_tracing)
 from futextrace.errors import KernelRefused
 
 def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
@@ -60,8 +61,7 @@ def fill_tail_call(bcc, table: str, fn_btf: str, fn_raw: str, btf_id: int | None
     tp_btf for `btf_id`, else a raw tracepoint. The prog array holds its own
     reference, dropped with the array when the programs are unloaded."""
     if btf_id is None:
-        from bcc import BPF
-        bcc[table][ctypes.c_int(0)] = ctypes.c_int(bcc.load_func(fn_raw.encode(), BPF.RAW_TRACEPOINT).fd)
+        bcc[table][ctypes.c_int(0)] = ctypes.c_int(bcc.load_func(fn_raw.encode(), BPF_PROG_TYPE_RAW_TRACEPOINT).fd)
         return
     fd = load(bcc, fn_btf, btf_id)
     try:

@@ -114,10 +114,9 @@ def compile_into(tmp_path, monkeypatch, kernel_model):
     bcc_environment()
     monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
     monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
-    from bcc import BPF
 
     def compile_once(flags):
-        b = compile_program(BPF, source_for("tracepoint"), flags, header_text(), "tracepoint", attach=False)
+        b = compile_program(source_for("tracepoint"), flags, header_text(), "tracepoint", attach=False)
         b.cleanup()
         return b.compile_cache
     return compile_once

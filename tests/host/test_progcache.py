@@ -21,16 +21,19 @@ from tests.helpers.recordings import ITERS, check_counts, exact_counts, ran, rec
 pytestmark = pytest.mark.root
 
 
-def by_map_name(insns: bytes, bpf) -> list[tuple]:
-    """The instructions, each map fd replaced by the name of the map it is in `bpf`."""
+def table_names(compiled_bpf) -> list[bytes]:
+    """The maps a program compiled by BCC declares, as its compiled module lists them."""
     import ctypes as ct
     from bcc import lib
     name_of = ct.CFUNCTYPE(ct.c_char_p, ct.c_void_p, ct.c_ulonglong)(("bpf_table_name", lib))
     count = ct.CFUNCTYPE(ct.c_ulonglong, ct.c_void_p)(("bpf_num_tables", lib))
-    names = {}
-    for i in range(count(bpf.module)):
-        name = name_of(bpf.module, i)
-        names[lib.bpf_table_fd(bpf.module, name)] = name
+    return [name_of(compiled_bpf.module, i) for i in range(count(compiled_bpf.module))]
+
+
+def by_map_name(insns: bytes, bpf, names: list[bytes]) -> list[tuple]:
+    """The instructions, each map fd replaced by the name of the map it is in
+    `bpf` (BCC's table objects: each holds its map's fd)."""
+    names = {bpf[name].map_fd: name for name in names}
     out = []
     for k in range(0, len(insns), 8):
         code, regs, off, imm = struct.unpack_from("<BBhi", insns, k)
@@ -51,12 +54,11 @@ def compiled(tmp_path, monkeypatch, kernel_model):
     bcc_environment()       # the header tree from the usual cache, before it moves
     monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
     monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
-    from bcc import BPF
     text, flags = source_for("tracepoint"), cflags_for(kernel_model, "tracepoint", Filters(), 4096)
     objs = []
 
     def compile_once():
-        objs.append(compile_program(BPF, text, flags, header_text()))
+        objs.append(compile_program(text, flags, header_text()))
         return objs[-1]
     yield compile_once
     for b in objs:
@@ -71,17 +73,19 @@ def test_replayed_instructions_are_the_compiled_ones(compiled):
     assert again.compile_cache == "hit"
     names = [lib.bpf_function_name(full.module, i) for i in range(lib.bpf_num_functions(full.module))]
     assert b"ft_btf_sys_enter" in names and b"ft_btf_waitv_chunk" in names
+    maps = table_names(full)
     for name in names:
-        assert by_map_name(again.dump_func(name), again) == by_map_name(full.dump_func(name), full), name
+        assert by_map_name(again.dump_func(name), again, maps) == by_map_name(full.dump_func(name), full, maps), name
     # The replay's maps are its own, not the first object's.
-    assert lib.bpf_table_fd(again.module, b"futexes") != lib.bpf_table_fd(full.module, b"futexes")
+    assert again[b"futexes"].map_fd != full[b"futexes"].map_fd
 
 
-def test_an_entry_whose_maps_differ_is_compiled_again(compiled, tmp_path):
+def test_an_entry_whose_maps_cannot_be_made_is_compiled_again(compiled, tmp_path):
     compiled().cleanup()
     (entry_path,) = (tmp_path / "prog").glob("*.json")
     entry = json.loads(entry_path.read_text())
-    entry["tables"]["futexes"][1] += 1          # max entries no longer what BCC creates
+    (futexes,) = [t for t in entry["tables"] if t["name"] == "futexes"]
+    futexes["type"] = 9999                       # no such map type: BPF_MAP_CREATE refuses it
     entry_path.write_text(json.dumps(entry))
     assert compiled().compile_cache == "stale"
     assert compiled().compile_cache == "hit"   # and the fresh compile was cached
