@@ -379,6 +379,7 @@ class Program:
         atexit.register(self.close)
         t1 = time.monotonic()
         t1_ns = time.monotonic_ns()
+        tpbtf.prefetch(self._bpf, self._tp_btf_programs(model, contention))
         self._fill_filters()
         self.probes = self._attach_method(model)
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
@@ -386,6 +387,15 @@ class Program:
         self.contention = self._attach_contention(model) if contention else "not asked for"
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
         release_freed_heap()
+
+    def _tp_btf_programs(self, model, contention: bool) -> list[tuple[str, int]]:
+        """The tp_btf programs this start will load, to verify them at once
+        (tpbtf.prefetch): the tracepoint method's sys_enter and the waitv
+        chunk it tail-calls, and the lock tracepoints."""
+        mine = []
+        if self.method == "tracepoint" and self._tp_btf_id is not None:
+            mine = [("ft_btf_sys_enter", self._tp_btf_id), ("ft_btf_waitv_chunk", self._tp_btf_id)]
+        return mine + (lockwaits.tp_btf_programs(model) if contention else [])
 
     def _attach_method(self, model) -> list[str]:
         """The method's hooks; the probes attached, as listed in the recording."""
@@ -485,6 +495,7 @@ class Program:
     def _recompile_with_raw_hook(self) -> None:
         """The kernel refused tp_btf, and the first compile left the raw hook
         out: compile again with it (new maps, so the filters again)."""
+        tpbtf.drop_prefetched(self._bpf)
         self._bpf.cleanup()
         self._bpf = None
         self._bpf = _compile(self.method, self._cflags)
@@ -596,6 +607,7 @@ class Program:
         self._close_links()
         if self._bpf is not None:
             try:
+                tpbtf.drop_prefetched(self._bpf)
                 self._bpf.cleanup()
             finally:
                 self._bpf = None

@@ -38,6 +38,15 @@ def supported(model) -> str | None:
     return None
 
 
+def tp_btf_programs(model) -> list[tuple[str, int]]:
+    """(function, BTF id) of the tp_btf programs attach() will load, for
+    tpbtf.prefetch(); none where it will not try tp_btf."""
+    ids = [model.tp_btf_ids.get(tp) for tp in TRACEPOINTS]
+    if os.environ.get("FUTEXTRACE_NO_TP_BTF") or supported(model) or None in ids:
+        return []
+    return [(f"ft_btf_{tp}", btf_id) for tp, btf_id in zip(TRACEPOINTS, ids)]
+
+
 def attach(bcc, model, links: list[tuple[int, int]]) -> tuple[list[str], str | None, list[int]]:
     """Attach begin and end: tp_btf when both BTF ids are known and the
     kernel takes them (their fds appended to `links`), else raw tracepoints.

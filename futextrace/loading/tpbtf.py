@@ -42,13 +42,48 @@ def attach_loaded(prog_fd: int, name: str | None = None) -> int:
         raise KernelRefused(f"the kernel refused to attach tp_btf program {name or f'fd {prog_fd}'} ({e.strerror})")
 
 
+def prefetch(bcc, wanted: list[tuple[str, int]]) -> None:
+    """Start loading these tp_btf programs ((function, BTF id) each) at once,
+    one thread each up to the CPU count: the verifier runs in the loading
+    thread, and ctypes lets go of the GIL during the system call, so on two
+    CPUs two programs are verified at the same time (the tracepoint method's
+    four took 0.33 s one after another). load() takes them from here; what
+    nothing took is closed by drop_prefetched()."""
+    if not wanted:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(wanted), os.cpu_count() or 1)))
+    bcc._ft_prefetched = {(fn, btf_id): pool.submit(_load_now, bcc.dump_func(fn.encode()), fn, btf_id)
+                          for fn, btf_id in wanted}
+    pool.shutdown(wait=False)
+
+
+def drop_prefetched(bcc) -> None:
+    """Close the prefetched programs no load() took (once they are loaded)."""
+    pending = getattr(bcc, "_ft_prefetched", None) or {}
+    while pending:
+        _, future = pending.popitem()
+        try:
+            os.close(future.result())
+        except KernelRefused:
+            pass
+
+
 def load(bcc, fn_name: str, btf_id: int) -> int:
     """Load BCC function `fn_name` as a tp_btf program for `btf_id` without
-    attaching it (also for a program another one tail-calls); its fd."""
+    attaching it (also for a program another one tail-calls); its fd. One
+    prefetch() started is waited for instead."""
+    pending = (getattr(bcc, "_ft_prefetched", None) or {}).pop((fn_name, btf_id), None)
+    if pending is not None:
+        return pending.result()
     try:
         insns = bcc.dump_func(fn_name.encode())
     except Exception as e:  # BCC raises bare Exceptions
         raise KernelRefused(f"tp_btf program {fn_name} did not compile: {e}")
+    return _load_now(insns, fn_name, btf_id)
+
+
+def _load_now(insns: bytes, fn_name: str, btf_id: int) -> int:
     try:
         return load_tracing(insns, fn_name, BPF_TRACE_RAW_TP, btf_id)
     except OSError as e:
