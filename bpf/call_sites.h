@@ -17,7 +17,6 @@
 BPF_HASH(call_sites, struct call_site_key, struct call_site, CALL_SITES_MAX);
 BPF_PERCPU_ARRAY(call_site_scratch, struct call_site, 1);   /* too big for the BPF stack */
 
-#ifndef FT_MAPS_ONLY
 #ifdef CALL_SITES
 #define FT_EEXIST 17      /* the key has its stack already */
 
@@ -55,4 +54,3 @@ static __always_inline void capture_call_site(void *ctx, u32 tgid, u64 uaddr, u3
 #else
 #define capture_call_site(ctx, tgid, uaddr, what, nth) do { } while (0)
 #endif /* CALL_SITES */
-#endif /* FT_MAPS_ONLY */

@@ -17,7 +17,6 @@ struct comm_key { char comm[16]; };
 BPF_HASH(comm_filter, struct comm_key, u8, 64);
 #endif
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /* Filters compiled in only when asked for, so an unfiltered run pays nothing. */
 static __always_inline int task_wanted(u32 tgid, u32 tid)
@@ -44,4 +43,3 @@ static __always_inline int task_wanted(u32 tgid, u32 tid)
 	return 1;
 }
 
-#endif /* FT_MAPS_ONLY */

@@ -6,7 +6,6 @@
  */
 #define PAGE_SIZE_ 4096
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /*
  * jhash2 in 64-bit registers whose upper halves may hold garbage (BCC emits
@@ -111,4 +110,3 @@ static __always_inline void bucket_of(struct futex_stat_key *key, u64 mm, s32 no
 	}
 }
 
-#endif /* FT_MAPS_ONLY */

@@ -16,7 +16,6 @@ struct key_copy {
 	s32 node;
 };
 
-#ifndef FT_MAPS_ONLY
 
 /*
  * Which node's global table, and which bucket in it, a returned hb is: the
@@ -58,4 +57,3 @@ static __always_inline void check_shared(struct key_copy *k, u32 kbucket, s32 kn
 		count(FTC_KERNEL_MISMATCH);
 }
 
-#endif /* FT_MAPS_ONLY */

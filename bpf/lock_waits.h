@@ -24,7 +24,6 @@ BPF_PERCPU_ARRAY(lock_counters, u64, FTL_NR);
 struct lock_inflight { u64 lock; u64 ts; struct lock_wait_key key; };
 BPF_PERCPU_ARRAY(lock_inflight, struct lock_inflight, 1);
 
-#ifndef FT_MAPS_ONLY
 
 #define LCK_NR_futex 202
 #define LCK_NR_futex_waitv 449
@@ -186,4 +185,3 @@ int ft_raw_contention_end(struct bpf_raw_tracepoint_args *ctx)
 	return on_contention_end(ctx, ctx->args[0]);
 }
 
-#endif /* FT_MAPS_ONLY */

@@ -11,7 +11,6 @@
  * Memory-mapped by user space, which reads it without a syscall per slot. */
 BPF_F_TABLE("array", u32, struct cache_slot, futex_cache, FUTEX_CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /* The key as three words (it has no padding holes: see futextrace.h), so a
  * slot is matched with three compares. An unused slot has tgid 0, which no
@@ -141,4 +140,3 @@ static __always_inline void account_direct(void *ctx, u32 tgid, u64 phash, u32 h
 }
 
 
-#endif /* FT_MAPS_ONLY */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The maps every part of the hot path shares, and the few helpers they all
- * go through. Each header under bpf/ declares its maps first and its code
- * inside #ifndef FT_MAPS_ONLY: a cached program is replayed with the maps
- * alone compiled (-DFT_MAPS_ONLY, futextrace/loading/progcache.py), so the
- * maps a program uses must not depend on that flag.
+ * go through. Each header under bpf/ declares its maps first, then its code.
+ * A cached program is replayed with no compiler at all: its maps are created
+ * from the description BCC gave at the first compile
+ * (futextrace/loading/progcache.py).
  *
  * Everything about the running kernel arrives as -D macros computed from its
  * BTF by futextrace/loading/loader.py (OFF_* offsets, GLOBAL_* geometry, FILTER_*),
@@ -35,7 +35,6 @@ int ft_event_layout(void *ctx)
 	return 0;
 }
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 static __always_inline void count(u32 idx)
 {
@@ -63,4 +62,3 @@ static __always_inline u64 current_mm(void)
 	return read_ptr(bpf_get_current_task() + OFF_TASK_MM);
 }
 
-#endif /* FT_MAPS_ONLY */

@@ -4,7 +4,6 @@
  * Memory-mapped by user space, which reads its fill for the error bound. */
 BPF_F_TABLE("array", u32, u64, seen, 1 << SEEN_WORDS_LOG2, BPF_F_MMAPABLE_);
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /*
  * The first-seen filter: 1 when no lookup of this futex (process, hash
@@ -61,4 +60,3 @@ static __always_inline u32 first_seen(struct futex_stat_key *key)
 	return 1;
 }
 
-#endif /* FT_MAPS_ONLY */

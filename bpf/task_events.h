@@ -14,7 +14,6 @@ BPF_TABLE("lru_hash", u32, struct mm_seen, mm_hash, 16384);
 struct last_seen { u64 tgid; u64 hash; };
 BPF_PERCPU_ARRAY(last_hash, struct last_seen, 1);
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /* The private hash header: state (int) and hash_mask (uint) are adjacent
  * (checked by the loader), so one 8-byte read fetches both. */
@@ -164,4 +163,3 @@ RAW_TRACEPOINT_PROBE(sched_process_exit)
 	return 0;
 }
 
-#endif /* FT_MAPS_ONLY */

@@ -37,7 +37,6 @@ struct task_memo { u64 regs; u64 gen; u32 tgid; u32 hmask; u16 has_phash; u16 wa
 BPF_PERCPU_ARRAY(task_memo, struct task_memo, 1);
 #endif
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 static __always_inline void task_epoch_moves(void)
 {
@@ -150,4 +149,3 @@ static __always_inline struct memo_found memo_lookup(u64 *ctx)
 	return f;
 }
 
-#endif /* FT_MAPS_ONLY */

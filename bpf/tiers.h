@@ -10,7 +10,6 @@
  * per CPU, CPU n's at [n * BUCKET_CACHE_SLOTS]; memory-mapped by user space too. */
 BPF_F_TABLE("array", u32, struct bucket_cache_slot, bucket_cache, BUCKET_CACHE_SLOTS * NR_CPU_IDS, BPF_F_MMAPABLE_);
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /* Lookups no map could hold: counted by hash kind (the totals stay right)
  * and as unattributed. */
@@ -245,4 +244,3 @@ static __always_inline void count_first(struct futex_stat_key *key, u32 atomic, 
 		flush_to_bucket_cache(&cs, 1);
 }
 
-#endif /* FT_MAPS_ONLY */

@@ -29,7 +29,6 @@
  * futex_private_hash_put() it calls is the same put, counted once. */
 BPF_TABLE("lru_hash", u32, u8, in_hash_put, 4096);
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 static __always_inline u64 arg_of(u64 *ctx, u32 n)
 {
@@ -201,4 +200,3 @@ int fx_futex_pivot_hash(u64 *ctx)
 	return 0;
 }
 
-#endif /* FT_MAPS_ONLY */

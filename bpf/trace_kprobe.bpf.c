@@ -30,7 +30,6 @@ BPF_HASH(inflight, u64, struct key_copy, 10240);
 struct put_mark { u64 ret; u64 lo; u64 hi; u32 level; u32 pad; };
 BPF_TABLE("lru_hash", u32, struct put_mark, put_marks, 4096);
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 int kp_futex_hash(struct pt_regs *ctx)
 {
@@ -206,4 +205,3 @@ int kr_futex_pivot_hash(struct pt_regs *ctx)
 	return 0;
 }
 
-#endif /* FT_MAPS_ONLY */

@@ -73,7 +73,6 @@ BPF_PERCPU_ARRAY(waitv_work, struct waitv_work, 1);
 BPF_PROG_ARRAY(waitv_progs, 1);
 
 
-#ifndef FT_MAPS_ONLY   /* -DFT_MAPS_ONLY: the maps alone, for a cached program (futextrace/loading/progcache.py) */
 
 /*
  * The node of a futex2 key, as get_futex_key() sets it: FUTEX2_NUMA reads a
@@ -378,4 +377,3 @@ int ft_tp_sys_exit_prctl(struct tracepoint__syscalls__sys_exit_prctl *args)
 }
 #endif
 
-#endif /* FT_MAPS_ONLY */

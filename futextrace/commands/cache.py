@@ -20,7 +20,8 @@ Examples:
   FUTEXTRACE_CACHE=/image/var/cache/futextrace futextrace cache build
 \b
 Build at install time or in an image build (on the kernel it will run) so
-that no start compiles: a start then compiles only the map declarations.
+that no start compiles: a start then loads the cached instructions with no
+compiler at all (no LLVM in its memory).
 Filter values (PIDs, names, cgroups) are filled in at run time: one entry
 serves every value. Entries for another kernel are never loaded.
 """

@@ -16,6 +16,8 @@ import ctypes as ct
 import errno
 import struct
 
+from futextrace.loading import bcclite
+
 _CODES = {ct.c_uint8: "B", ct.c_int8: "b", ct.c_uint16: "H", ct.c_int16: "h", ct.c_uint32: "I",
           ct.c_int32: "i", ct.c_uint64: "Q", ct.c_int64: "q"}
 BATCH = 4096   # entries per syscall
@@ -42,8 +44,7 @@ def struct_format(ctype) -> tuple[str, list[str]]:
 def lookup_batch(table) -> tuple[memoryview, memoryview, int] | None:
     """(keys buffer, values buffer, count) of the whole map, or None where
     the kernel has no batch lookup for it."""
-    from futextrace.loading.bcclite import lib as bcc_lib
-    lib = bcc_lib()
+    lib = bcclite.lib()
     n = table.max_entries
     keys = (table.Key * n)()
     values = (table.Leaf * n)()     # BCC's PerCpuHash leaf: one value per possible CPU

@@ -13,10 +13,8 @@ What libbcc_bpf.so lacks is the compiled module BCC's classes ask about
 (`lib.bpf_table_type_id(module, id)` and the like). Those calls are answered
 from a program-cache entry's description of its maps (CachedModule), whose
 maps this process creates itself with bpf(2); any other call into the
-missing part raises NeedsCompiler, and the start compiles instead.
-
-FUTEXTRACE_NO_BCC_LITE=1 turns this off (every cache hit then compiles the
-map declarations with BCC, as before).
+missing part raises NeedsCompiler: while the replay is built, the start then
+compiles instead; later, the error names the call.
 """
 from __future__ import annotations
 
@@ -218,10 +216,6 @@ def _build() -> types.ModuleType:
         for k in [k for k in sys.modules if k == "bcc" or k.startswith("bcc.")]:
             del sys.modules[k]
         sys.modules.update(held)
-
-
-def enabled() -> bool:
-    return not os.environ.get("FUTEXTRACE_NO_BCC_LITE")
 
 
 def bcc() -> types.ModuleType:

@@ -21,7 +21,7 @@ import ctypes as ct
 import numpy as np
 
 from futextrace.kernel.layout import KIND
-from futextrace.loading import exact, lockwaits
+from futextrace.loading import bcclite, exact, lockwaits
 from futextrace.loading.batchread import lookup_batch
 from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
 
@@ -137,8 +137,7 @@ class ArrayReader(MapReader):
         if not forgotten:
             return keys, stats
         gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))
-        from futextrace.loading.bcclite import lib as bcc_lib
-        lib = bcc_lib()
+        lib = bcclite.lib()
         for i in np.flatnonzero(gone).tolist():
             key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
             if lib.bpf_delete_elem(table.map_fd, ct.byref(key)) != 0:

@@ -294,8 +294,6 @@ def _replay(entry: dict, attach: bool):
     it cannot be (then the text is compiled): BCC's package will not run
     over its compiler-free library, a map cannot be created, or a program
     autoloaded with the maps is refused."""
-    if not bcclite.enabled():
-        return None
     try:
         cls = _cached_class(bcclite.bcc().BPF)
     except bcclite.Unavailable:
