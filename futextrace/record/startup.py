@@ -22,12 +22,16 @@ def process_age() -> float:
     return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
 
 
-def rt_busy_cpus() -> tuple[set[int], int]:
-    """(CPUs a runnable SCHED_FIFO/RR thread was last on, how many such threads)."""
+def rt_busy_cpus(at_least: int = 0) -> tuple[set[int], int]:
+    """(CPUs a runnable SCHED_FIFO/RR thread of another process, at real-time
+    priority `at_least` or above, was last on; how many such threads). Our own
+    threads are left out: with --rt-priority they are runnable real-time
+    threads too (the loads run in threads), but they hold nothing against us."""
     cpus: set[int] = set()
     n = 0
+    me = str(os.getpid())
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or pid == me:
             continue
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -39,8 +43,8 @@ def rt_busy_cpus() -> tuple[set[int], int]:
                     rest = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            # rest[k] is field k + 3 of proc(5): state 3, processor 39, policy 41.
-            if rest[0] == "R" and int(rest[38]) in RT_POLICIES:
+            # rest[k] is field k + 3 of proc(5): state 3, processor 39, rt_priority 40, policy 41.
+            if rest[0] == "R" and int(rest[38]) in RT_POLICIES and int(rest[37]) >= at_least:
                 cpus.add(int(rest[36]))
                 n += 1
     return cpus, n
@@ -69,7 +73,10 @@ class SlowStartWatch:
         if self._done.wait(after):
             return
         ours = os.sched_getaffinity(0)
-        busy, threads = rt_busy_cpus()
+        # Under --rt-priority only threads at our priority or above can hold us off.
+        policy = os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
+        mine = os.sched_getparam(0).sched_priority if policy in RT_POLICIES else 0
+        busy, threads = rt_busy_cpus(mine)
         if not ours <= busy or self._done.is_set():
             return
         self.reported = True

@@ -50,8 +50,10 @@ def record_attached(tmp: Path, cache: Path, method: str) -> tuple[dict, set[str]
     p = subprocess.Popen([*FT, "record", "--method", method, "-d", "2", "-q", "--json", str(out)],
                          stderr=subprocess.PIPE, text=True, env=env)
     try:
-        line = p.stderr.readline()
-        assert line.startswith("Tracing"), line + p.stderr.read()
+        said = []      # notes may come first (a slow start under TCG, a probe left out)
+        while not (said and said[-1].startswith("Tracing")):
+            said.append(p.stderr.readline())
+            assert said[-1], "".join(said) + p.stderr.read()
         seen = compiler_mapped(p.pid)
         time.sleep(1.5)
         seen |= compiler_mapped(p.pid)
