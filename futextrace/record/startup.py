@@ -74,8 +74,8 @@ class SlowStartWatch:
             return
         ours = os.sched_getaffinity(0)
         # Under --rt-priority only threads at our priority or above can hold us off.
-        policy = os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
-        mine = os.sched_getparam(0).sched_priority if policy in RT_POLICIES else 0
+        policy = os.sched_getscheduler(os.getpid()) & ~os.SCHED_RESET_ON_FORK   # the main thread
+        mine = os.sched_getparam(os.getpid()).sched_priority if policy in RT_POLICIES else 0
         busy, threads = rt_busy_cpus(mine)
         if not ours <= busy or self._done.is_set():
             return
