@@ -42,12 +42,14 @@ def compiler_mapped(pid: int) -> set[str]:
 
 
 def record_attached(tmp: Path, cache: Path, method: str) -> tuple[dict, set[str]]:
-    """`record` system-wide for 2 s: its recording, and the compiler libraries
-    its maps held once it said it was tracing and near its end."""
+    """`record` of the built-in workload running 3 s: its recording, and the
+    compiler libraries its maps held once it said it was tracing and near its end."""
+    from futextrace.workload.build import workload_path
     out = tmp / f"rec-{time.monotonic_ns()}.json"
     env = {**os.environ, "FUTEXTRACE_CACHE": str(cache)}
     env.pop("FUTEXTRACE_NO_PROG_CACHE", None)
-    p = subprocess.Popen([*FT, "record", "--method", method, "-d", "2", "-q", "--json", str(out)],
+    p = subprocess.Popen([*FT, "record", "--method", method, "-q", "--json", str(out), "--",
+                          str(workload_path()), "-t", "2", "-r", "3"],
                          stderr=subprocess.PIPE, text=True, env=env)
     try:
         said = []      # notes may come first (a slow start under TCG, a probe left out)
