@@ -115,12 +115,15 @@ def record_pids(opts: RecordOptions, model=None, outputs: RecordOutputs | None =
         targets.check_pid(pid)
     for tid in opts.tids:
         targets.check_tid(tid)
-    if opts.pids or opts.comms:
-        procevents.preload()      # the exit watch and --comm need it once attached
+    if opts.comms:
+        procevents.preload()      # --comm opens the connector before attaching
     with startup.SlowStartWatch():
         rec = Recorder(opts, model, outputs)
         rec.start()
-    exits = procevents.exit_watch(opts.pids)   # exit events pushed by the kernel; None: poll /proc
+    # Exit events pushed by the kernel (None: poll /proc), subscribed once attached:
+    # the start does not wait for pyroute2, and an exit before the subscription
+    # is seen by ExitWatch's own check of its targets.
+    exits = procevents.exit_watch(opts.pids)
     try:
         def one_gone() -> bool:
             return not all(targets.alive(p) for p in opts.pids)
