@@ -21,12 +21,20 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "futextrace"
 
 # (importing module, imported module): function-level imports kept on purpose.
-# Each needs a reason: only heavy optional dependencies (matplotlib) qualify.
+# Each needs a reason: only heavy dependencies qualify, optional ones (matplotlib)
+# or those a resident tracer loads once attached (numpy, elftools: issue 44, a
+# warm start attached within 0.3 s).
 ALLOWED: dict[tuple[str, str], str] = {
     # plots/recording.py imports matplotlib (about half a second): `report` without
     # --plot/--html, and every other command, never load it.
     ("futextrace.commands.report", "futextrace.output.plots.recording"): "matplotlib, for pictures only",
     ("futextrace.output.report", "futextrace.output.plots.recording"): "matplotlib, for pictures only",
+    # numpy (0.1-0.2 s) and elftools (0.05 s): the summary, the map reader and
+    # the naming run after the attach, and `record` says "Tracing" without them.
+    ("futextrace.commands.record", "futextrace.output.text.render"): "numpy, elftools: the summary, after the run",
+    ("futextrace.record.recorder", "futextrace.loading.maps"): "numpy: the map reader, once attached",
+    ("futextrace.record.recorder", "futextrace.naming.recorded"): "elftools: the naming, after the run",
+    ("futextrace.naming.capture", "futextrace.naming.elfsyms"): "elftools: build ids, at the first maps read",
 }
 
 

@@ -9,7 +9,6 @@ from futextrace.commands.options import SECONDS, json_option, refuse_quiet_witho
 from futextrace.output import jsonio
 from futextrace.output.text import acting_text
 from futextrace.output.text.live_text import LiveView
-from futextrace.output.text.render import render_text
 from futextrace.record.recorder import RecordOptions, RecordOutputs, record_command, record_pids
 from futextrace.record.startup import set_rt_priority
 from futextrace.recording import Recording
@@ -108,6 +107,9 @@ def command(pids, tids, comms, cgroups, hash_kind, duration, interval, timestamp
         if json_out:
             jsonio.write_recording(json_out, rec)
         if text_wanted(json_path, quiet):   # `--json -` stays parseable
+            # Imported once the run is over: the summary's naming pulls in numpy and
+            # elftools, which the start (issue 44: attached within 0.3 s) has no use for.
+            from futextrace.output.text.render import render_text
             jsonio.echo(render_text(rec, verbose))
     except FileProblem:
         if output_error is None:

@@ -21,10 +21,11 @@ import tempfile
 from pathlib import Path
 
 from futextrace import __version__
+from futextrace.kernel import btfdigest
 from futextrace.kernel import model as kmodel
 from futextrace.kernel import topology
 
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+BOOT_ID = btfdigest.BOOT_ID
 # What decides whether kallsyms shows addresses and dmesg can be read.
 VISIBILITY = ("/proc/sys/kernel/kptr_restrict", "/proc/sys/kernel/perf_event_paranoid",
               "/proc/sys/kernel/dmesg_restrict")
@@ -51,13 +52,10 @@ def _visibility() -> bytes:
 
 @functools.lru_cache(maxsize=None)
 def btf_digest(btf_path: str = kmodel.VMLINUX_BTF) -> str | None:
-    """sha256 of the kernel's BTF, read once per process (12 ms for 5 MiB; it
-    changes only with the kernel): this key's and the program cache's. None
-    when it is unreadable."""
-    try:
-        return hashlib.sha256(Path(btf_path).read_bytes()).hexdigest()
-    except OSError:
-        return None
+    """sha256 of the kernel's BTF, taken once per process, and for the running
+    kernel's once per boot (kernel/btfdigest.py): this key's and the program
+    cache's. None when it is unreadable."""
+    return btfdigest.sha256_of(btf_path, cache_dir())
 
 
 def cache_key(btf_path: str = kmodel.VMLINUX_BTF) -> str | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from futextrace.naming.elfsyms import read_build_id
 from futextrace.naming.maps import Snapshot, read_snapshot
 
 TICK_S = 0.05
@@ -81,6 +80,9 @@ class NameCapture:
         self._note_build_ids(pid, new)
 
     def _note_build_ids(self, pid: int, snap: Snapshot) -> None:
+        # elfsyms (elftools, numpy) on the first read, after the attach, not at
+        # import: `record` builds its NameCapture before it attaches.
+        from futextrace.naming.elfsyms import read_build_id
         for m in snap.mappings:
             key = (m.dev, m.inode, m.path)
             if not m.is_file or key in self.build_ids or len(self.build_ids) >= BUILD_IDS:

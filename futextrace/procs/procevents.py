@@ -15,6 +15,7 @@ import select
 import socket
 import threading
 
+from futextrace.procs.connector_import import proc_connector
 from futextrace.procs.targets import alive
 
 PROC_EVENT_FORK = 0x1
@@ -38,12 +39,13 @@ def exit_text(wait_status: int) -> str:
 
 
 def preload() -> None:
-    """Import pyroute2 in the background: its package import is 0.15 s here
-    (seconds in a QEMU/TCG guest), and the BPF compile that runs meanwhile
-    releases the GIL. A later import waits for this one to finish."""
+    """Import pyroute2's connector in the background, for a caller that opens it
+    before attaching (--comm): 0.13 s here (seconds in a QEMU/TCG guest), while
+    the BPF loads that run meanwhile release the GIL. A later import waits for
+    this one to finish."""
     def _import():
         try:
-            import pyroute2  # noqa: F401
+            proc_connector()
         except ImportError:
             pass        # ProcEvents says so when it is needed
     threading.Thread(target=_import, name="pyroute2-import", daemon=True).start()
@@ -55,9 +57,7 @@ class ProcEvents:
 
     def __init__(self):
         try:
-            from pyroute2 import ProcEventSocket
-            from pyroute2.netlink.connector.cn_proc import ProcEventMarshal
-            from pyroute2.netlink.exceptions import NetlinkError
+            ProcEventSocket, ProcEventMarshal, NetlinkError = proc_connector()
         except ImportError as e:
             raise Unavailable(f"pyroute2 is not installed ({e})") from None
         try:

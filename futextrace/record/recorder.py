@@ -9,17 +9,21 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from futextrace.acting import launch
 from futextrace.loading import callsites
-from futextrace.loading.maps import MapReader
 from futextrace.naming.capture import NameCapture
-from futextrace.naming.recorded import name_processes
 from futextrace.procs import procevents, targets
 from futextrace.record import assemble, attachstate, filternotes, startup
 from futextrace.record.live import IntervalReporter
 from futextrace.record.lockwaits_live import IntervalWaits
 from futextrace.record.session import RecordOptions, TraceSession
+
+# Imported where first used, once attached: the map reader's numpy and the
+# naming's elftools cost the start ~0.2 s of CPU (issue 44).
+if TYPE_CHECKING:
+    from futextrace.loading.maps import MapReader
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class Recorder:
 
     def start(self):
         self.session.start()
+        from futextrace.loading.maps import MapReader
         self.reader = MapReader(self.session.program)
 
     def run(self, until=None) -> float:
@@ -88,6 +93,7 @@ class Recorder:
 
     def recording(self, duration: float) -> dict:
         """The recording, each listed futex address named (processes[].futex_names)."""
+        from futextrace.naming.recorded import name_processes
         rec = assemble.recording(self.session, self.reader, duration, self.live.rows)
         sites = self.reader.call_sites() if self.opts.call_sites else None
         name_processes(rec, self.names, sites=sites)
@@ -109,12 +115,15 @@ def record_pids(opts: RecordOptions, model=None, outputs: RecordOutputs | None =
         targets.check_pid(pid)
     for tid in opts.tids:
         targets.check_tid(tid)
-    if opts.pids or opts.comms:
-        procevents.preload()      # the exit watch and --comm need it once attached
+    if opts.comms:
+        procevents.preload()      # --comm opens the connector before attaching
     with startup.SlowStartWatch():
         rec = Recorder(opts, model, outputs)
         rec.start()
-    exits = procevents.exit_watch(opts.pids)   # exit events pushed by the kernel; None: poll /proc
+    # Exit events pushed by the kernel (None: poll /proc), subscribed once attached:
+    # the start does not wait for pyroute2, and an exit before the subscription
+    # is seen by ExitWatch's own check of its targets.
+    exits = procevents.exit_watch(opts.pids)
     try:
         def one_gone() -> bool:
             return not all(targets.alive(p) for p in opts.pids)
