@@ -17,18 +17,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.host import in_vm_guest, kprobes_missing, limit, require_fentry
+from tests.helpers.host import FT, in_vm_guest, kprobes_missing, limit, require_fentry
 from tests.helpers.serve import Exporter, http_get
 
 pytestmark = pytest.mark.root
 
-FT = [sys.executable, "-m", "futextrace.cli"]
 COMPILER = re.compile(r"/(libLLVM[^/]*|libclang[^/]*|libbcc\.so[^/]*)$")
 
 
