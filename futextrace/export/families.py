@@ -142,6 +142,14 @@ def exporter_families(book: SeriesBook, stats: dict) -> list:
                                    value=stats.get("errors", 0)))
     out.append(GaugeMetricFamily("futextrace_exporter_map_read_seconds", "Time the last read "
                                  "of the kernel maps took", unit="seconds", value=stats["read_s"]))
+    out.append(GaugeMetricFamily("futextrace_exporter_map_read_cpu_seconds", "CPU time the last "
+                                 "read of the kernel maps took (its thread's: reading, summing, "
+                                 "building the metric families)", unit="seconds",
+                                 value=stats.get("read_cpu_s", 0.0)))
+    out.append(GaugeMetricFamily("futextrace_exporter_map_read_bytes", "Bytes the last read "
+                                 "copied out of the kernel's maps (bpf(2) buffers filled and "
+                                 "memory-mapped maps scanned)", unit="bytes",
+                                 value=stats.get("bytes_read", 0)))
     out.append(GaugeMetricFamily("futextrace_exporter_read_age_seconds", "Age of the read this "
                                  "scrape got: near 0 when it was read for this scrape; older when "
                                  "the read exceeded its budget (the last complete read is served) "

@@ -83,7 +83,7 @@ class ServeRecorder:
     def recording(self, duration: float) -> dict:
         """The fields of a recording that reading.from_recording uses."""
         reader, session = self.reader, self.session
-        f = summary.merge(*reader.futex_arrays(self.forgotten))   # first: it reads the map's share of the counts
+        f = reader.futex_list(self.forgotten)   # first: it reads the map's share of the counts
         b = summary.bucket_counts(reader.bucket_columns(self.forgotten))
         private, atomic, global_ = summary.lookups_by_kind(b)
         forgotten = np.fromiter(self.forgotten, dtype=np.uint64)

