@@ -4,9 +4,10 @@
 Two workloads, one after the other (futexbench, as footprint.py starts it):
 
   1024     futexbench -t 2 -f 1024: one 1,024-futex workload;
-  full     futexbench -t 2 -f 65536: the per-CPU `futexes` map full
-           (65,536 entries, the default size up to 128 CPUs) and the
-           `buckets` map busy.
+  full     futexbench -t 2 -f 65536 -b 16384: the per-CPU `futexes` map
+           full (65,536 entries: its default size up to 13 CPUs, 16,384 at 32) and the
+           `buckets` map busy (the futexes beyond the map are counted per
+           bucket, 16,384 buckets).
 
 For each, the exporter's recorder and collector run in this process, as
 `futextrace serve` runs them (all processes traced, tracepoint method unless
@@ -40,8 +41,10 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's futextrace, not an installed one
+
 SCRAPE_GAP = 1.0    # seconds between scrapes: above serve's --min-interval, so each one reads the maps
-LOADS = {"1024": ["-t", "2", "-f", "1024"], "full": ["-t", "2", "-f", "65536"]}
+LOADS = {"1024": ["-t", "2", "-f", "1024"], "full": ["-t", "2", "-f", "65536", "-b", "16384"]}
 
 
 def in_process(bench: str, load: str, scrapes: int, method: str, settle: float) -> dict:
