@@ -217,7 +217,9 @@ class ArrayReader(MapReader):
             k = keys[~gone]
             bmap = _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], lookups[~gone], atomic[~gone],
                             unlisted[~gone])
-        return np.concatenate([bmap, self._map_share, self._cache_share, self._bucket_cache_share()])
+        # The futexes map's share first: its rows keep their places from one read to the next
+        # (summary.SortHint), the buckets map's move when one is inserted.
+        return np.concatenate([self._map_share, bmap, self._cache_share, self._bucket_cache_share()])
 
     def _walk_bucket_map(self, table, forgotten: set[int]) -> np.ndarray:
         kept = []
@@ -260,15 +262,35 @@ def _columns(*cols: np.ndarray) -> np.ndarray:
 
 def futex_share_columns(keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
     """exact.bucket_rows(exact.futex_share(...)) of the futexes map's arrays,
-    with numpy (a full map every scrape), as the rows of a uint64 array: a row
-    per futex entry and CPU with lookups, under the bucket that CPU computed,
-    never unlisted. Mirrors loading/exact.py; tests/unit/test_exact.py checks
-    that both agree."""
-    lookups = stats["lookups"]
-    entry, cpu = np.nonzero(lookups)
-    # Field by field: gathering whole 32-byte records first took twice as long.
-    return _columns(keys["tgid"][entry], keys["kind"][entry], keys["hash_mask"][entry], stats["bucket"][entry, cpu],
-                    lookups[entry, cpu], stats["atomic_lookups"][entry, cpu], np.zeros(len(entry), dtype=np.uint64))
+    with numpy (a full map every scrape), as the rows of a uint64 array, added
+    up per bucket the same (never unlisted): a row per futex entry whose CPUs
+    all computed one bucket (a private futex's bucket is its key's), their
+    counts summed, in the map's order, then a row per CPU of the others (a
+    global futex seen on CPUs of different nodes). A row per futex, not per
+    CPU, stays at the same place from one read to the next, which
+    summary.SortHint needs, and there are fewer of them with more CPUs.
+    Mirrors loading/exact.py; tests/unit/test_exact.py checks the sums agree."""
+    lookups, bucket, atomic = stats["lookups"], stats["bucket"], stats["atomic_lookups"]
+    n = len(keys)
+    top, low = np.zeros(n, dtype=np.int64), np.full(n, 1 << 40, dtype=np.int64)
+    total, total_atomic = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+    for c in range(lookups.shape[1] if lookups.ndim == 2 else 0):   # CPU by CPU: whole columns at a time
+        seen = lookups[:, c] > 0
+        b = bucket[:, c].astype(np.int64)
+        top = np.where(seen & (b > top), b, top)
+        low = np.where(seen & (b < low), b, low)
+        total += lookups[:, c]
+        total_atomic += atomic[:, c]
+    any_cpu = total > 0
+    one, many = np.flatnonzero(any_cpu & (top == low)), np.flatnonzero(any_cpu & (top != low))
+    entry, cpu = np.nonzero(lookups[many])
+    entry = many[entry]
+    rows = np.concatenate([one, entry])
+    return _columns(keys["tgid"][rows], keys["kind"][rows], keys["hash_mask"][rows],
+                    np.concatenate([top[one], bucket[entry, cpu]]),
+                    np.concatenate([total[one], lookups[entry, cpu]]),
+                    np.concatenate([total_atomic[one], atomic[entry, cpu]]),
+                    np.zeros(len(rows), dtype=np.uint64))
 
 
 def futex_share_rows(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
