@@ -15,8 +15,9 @@ For each, the exporter's recorder and collector run in this process, as
 SCRAPE_GAP apart, each one collect() plus the text exposition (what the HTTP
 handler does). A scrape's CPU is its thread's CPU time (time.thread_time: the
 read, the numpy work, the families and the rendering, nothing else);
-bytes read is the sum of the buffers the read's bpf(2) calls filled plus the
-memory-mapped caches it scanned (the collector's futextrace_exporter_scrape_bytes_read).
+bytes read: the buffers the read's bpf(2) calls filled ("syscall") and the
+memory-mapped maps it scanned ("mapping": the caches, the first-seen
+filter), as the exporter serves them (futextrace_exporter_map_read_bytes).
 The first scrape (which builds what later ones reuse) is left out; the
 median, min and max of the others are printed.
 
@@ -74,7 +75,7 @@ def in_process(bench: str, load: str, scrapes: int, method: str, settle: float) 
             used = time.thread_time() - t0
             if k:
                 cpu.append(used * 1000)
-                nbytes.append(collector.stats.get("bytes_read", 0))
+                nbytes.append(collector.stats.get("bytes_read", {}))
                 sizes.append(len(page))
             time.sleep(SCRAPE_GAP)
         entries = {name: _entries(rec.session.program.bpf[name]) for name in ("futexes", "buckets")}
@@ -130,8 +131,10 @@ def main() -> int:
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     for load in a.loads.split(","):
         r = in_process(bench, load, a.scrapes, a.method, a.settle)
+        ways = sorted({via for b in r["bytes"] for via in b})
         print(f"{load}: CPU per scrape {spread(r['cpu_ms'], '{:.1f}')} ms, bytes read per scrape "
-              f"{spread(r['bytes'], '{:.0f}')}, page {statistics.median(r['page']):.0f} B, "
+              + ", ".join(f"{via} {spread([b.get(via, 0) for b in r['bytes']], '{:.0f}')}" for via in ways)
+              + f", page {statistics.median(r['page']):.0f} B, "
               f"map entries {r['entries']}, {r['ncpu']} possible CPUs", flush=True)
         if a.serve:
             s = as_serve(bench, load, a.scrapes)

@@ -131,7 +131,7 @@ class FutexCollector:
                 self.book.labelled, lambda t: self.book.procs[t].comm if t in self.book.procs else "")
             self.stats["read_s"] = time.perf_counter() - t0
             self.stats["read_cpu_s"] = time.thread_time() - cpu0
-            self.stats["bytes_read"] = self._bytes_read() - bytes0
+            self.stats["bytes_read"] = {k: v - bytes0.get(k, 0) for k, v in self._bytes_read().items()}
             # The floor follows the CPU the read took, not its wall time: on a busy
             # host the read waits for a CPU, and that costs nothing.
             self.stats["floor_s"] = max(self.min_interval, COST_FACTOR * self.stats["read_cpu_s"])
@@ -139,10 +139,10 @@ class FutexCollector:
             self.cached = fams
             self.served_at = now
 
-    def _bytes_read(self) -> int:
-        """Bytes the recorder's map reader copied out of the kernel so far (0: it does not count)."""
+    def _bytes_read(self) -> dict[str, int]:
+        """Bytes the recorder's map reader read so far, by way (syscall, mapping); {} where it does not count."""
         reader = getattr(self.recorder, "reader", None)
-        return getattr(reader, "bytes_read", 0) or 0
+        return dict(getattr(reader, "bytes_read", None) or {})
 
     def _forget_gone(self, rec: Recording, reading, now: float) -> None:
         """Processes gone for the grace period leave the recorder (events,

@@ -106,7 +106,7 @@ class ArrayReader(MapReader):
         """lookup_batch into this reader's buffers, its bytes counted."""
         batch = lookup_batch(table, self._buffers)
         if batch is not None:
-            self.bytes_read += len(batch[0]) + len(batch[1])
+            self.bytes_read["syscall"] += len(batch[0]) + len(batch[1])
         return batch
 
     def _dtype(self, name: str, ctype) -> np.dtype:
@@ -117,7 +117,11 @@ class ArrayReader(MapReader):
     def futex_arrays(self, forgotten: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(keys, per-CPU stats) of the map and the per-CPU cache; the map's
         entries of `forgotten` processes deleted (their lookups in `deleted`)."""
-        keys, stats, ck, cs = self._futex_tiers(forgotten)
+        keys, stats, _, ck, cst = self._futex_tiers(forgotten)
+        cs = np.zeros((len(ck), stats.shape[1]), dtype=stats.dtype)   # each slot's stats under its CPU
+        rows = np.arange(len(ck))
+        for name in stats.dtype.names:
+            cs[name][rows, cst["cpu"]] = cst[name]
         listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
         return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
 
@@ -128,7 +132,8 @@ class ArrayReader(MapReader):
         return merged_list(*self._futex_tiers(forgotten))
 
     def _futex_tiers(self, forgotten: set[int]):
-        """The map's (keys, stats) and the cache's (keys, stats)."""
+        """The map's keys, per-CPU stats and entry_totals; the cache's used
+        slots' keys and stats (one CPU's each, its number in `cpu`)."""
         table = self.program.bpf["futexes"]
         kd, sd = self._dtype("futexes.Key", table.Key), self._dtype("futexes.sLeaf", table.sLeaf)
         ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
@@ -136,36 +141,38 @@ class ArrayReader(MapReader):
         if batch is None:   # no batch lookups: BCC's walk, into the same arrays
             keys, stats = futex_arrays_of(walk_futex_map(table), kd, sd, ncpu)
             kb = keys.tobytes()
-            self.bytes_read += len(keys) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
+            self.bytes_read["syscall"] += len(keys) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
         else:
             kb, vb, n = batch
             keys = np.frombuffer(kb, dtype=kd, count=n)
             stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
         keys, stats = self._delete_forgotten(table, kb, keys, stats, forgotten)
-        self._map_share = futex_share_columns(keys, stats)   # the map's share of the exact counts
-        ck, cs = self._cache_arrays(kd, sd, ncpu)
-        return keys, stats, ck, cs
+        totals = entry_totals(stats)
+        self._map_share = futex_share_columns(keys, stats, totals)   # the map's share of the exact counts
+        return (keys, stats, totals, *self._cache_slots(kd, sd))
 
-    def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
+    def _cache_slots(self, kd: np.dtype, sd: np.dtype) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
-        through its memory mapping (slot i belongs to CPU i // futex_cache_slots)."""
+        through its memory mapping (slot i belongs to CPU i // futex_cache_slots):
+        their keys, and their stats with their CPU, one row a slot (not a row
+        of every CPU's: at 32 CPUs that was 30 MB of zeros a read)."""
         leaf = self._dtype("futex_cache.Leaf", self.program.bpf["futex_cache"].Leaf)
         view = np.frombuffer(self.lookup_cache_buffer(), dtype=leaf)
-        self.bytes_read += view.nbytes
-        slots = view.copy()        # a copy: the mapping cannot close while a view exists
+        self.bytes_read["mapping"] += view.nbytes
+        used = np.flatnonzero(view["st"]["lookups"])
+        slots = view[used]        # a copy (fancy indexing): the mapping cannot close while a view exists
         del view
-        used = np.flatnonzero(slots["st"]["lookups"])
         # Their share of the exact per-bucket counts, as exact.cache_bucket_rows gives it.
-        k, st = slots["key"][used], slots["st"][used]
+        k, st = slots["key"], slots["st"]
         self._cache_share = _columns(k["tgid"], k["kind"], k["hash_mask"], st["bucket"], st["lookups"],
                                      st["atomic_lookups"], np.zeros(len(used), dtype=np.uint64))
         keys = np.zeros(len(used), dtype=kd)
-        stats = np.zeros((len(used), ncpu), dtype=sd)
         for name in kd.names:
-            keys[name] = slots["key"][name][used]
-        rows, cpus = np.arange(len(used)), used // self.program.futex_cache_slots
+            keys[name] = k[name]
+        stats = np.zeros(len(used), dtype=np.dtype([(name, sd[name]) for name in sd.names] + [("cpu", np.int64)]))
         for name in sd.names:
-            stats[name][rows, cpus] = slots["st"][name][used]
+            stats[name] = st[name]
+        stats["cpu"] = used // self.program.futex_cache_slots
         return keys, stats
 
     def _delete_forgotten(self, table, kb: bytes, keys, stats, forgotten: set[int]):
@@ -224,7 +231,7 @@ class ArrayReader(MapReader):
     def _walk_bucket_map(self, table, forgotten: set[int]) -> np.ndarray:
         kept = []
         for k, vals in table.items():
-            self.bytes_read += 2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf)
+            self.bytes_read["syscall"] += 2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf)
             if k.tgid in forgotten:
                 self._count_deleted(k.kind, sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals))
                 del table[k]
@@ -237,7 +244,7 @@ class ArrayReader(MapReader):
         read through its memory mapping."""
         leaf = self._dtype("bucket_cache.Leaf", self.program.bpf["bucket_cache"].Leaf)
         view = np.frombuffer(self._mapping("bucket_cache"), dtype=leaf)
-        self.bytes_read += view.nbytes
+        self.bytes_read["mapping"] += view.nbytes
         slots = view[np.flatnonzero(view["st"]["lookups"])]   # fancy indexing copies
         del view
         k, st = slots["key"], slots["st"]
@@ -260,7 +267,7 @@ def _columns(*cols: np.ndarray) -> np.ndarray:
     return out
 
 
-def futex_share_columns(keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
+def futex_share_columns(keys: np.ndarray, stats: np.ndarray, totals: tuple | None = None) -> np.ndarray:
     """exact.bucket_rows(exact.futex_share(...)) of the futexes map's arrays,
     with numpy (a full map every scrape), as the rows of a uint64 array, added
     up per bucket the same (never unlisted): a row per futex entry whose CPUs
@@ -271,16 +278,7 @@ def futex_share_columns(keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
     summary.SortHint needs, and there are fewer of them with more CPUs.
     Mirrors loading/exact.py; tests/unit/test_exact.py checks the sums agree."""
     lookups, bucket, atomic = stats["lookups"], stats["bucket"], stats["atomic_lookups"]
-    n = len(keys)
-    top, low = np.zeros(n, dtype=np.int64), np.full(n, 1 << 40, dtype=np.int64)
-    total, total_atomic = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
-    for c in range(lookups.shape[1] if lookups.ndim == 2 else 0):   # CPU by CPU: whole columns at a time
-        seen = lookups[:, c] > 0
-        b = bucket[:, c].astype(np.int64)
-        top = np.where(seen & (b > top), b, top)
-        low = np.where(seen & (b < low), b, low)
-        total += lookups[:, c]
-        total_atomic += atomic[:, c]
+    total, total_atomic, top, low = totals if totals is not None else entry_totals(stats)
     any_cpu = total > 0
     one, many = np.flatnonzero(any_cpu & (top == low)), np.flatnonzero(any_cpu & (top != low))
     entry, cpu = np.nonzero(lookups[many])
@@ -312,30 +310,48 @@ def futex_arrays_of(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) 
     return keys, stats
 
 
-def merged_list(keys: np.ndarray, stats: np.ndarray, ck: np.ndarray, cs: np.ndarray) -> dict[str, np.ndarray]:
-    """summary.merge of the map's (keys, stats) and the cache's slots it
-    holds, without sorting the map: its keys are unique, so each cached
-    slot of a futex the map holds is added into that futex's row (found by
+def merged_list(keys: np.ndarray, stats: np.ndarray, totals: tuple | None, ck: np.ndarray,
+                cs: np.ndarray) -> dict[str, np.ndarray]:
+    """summary.merge of the map's (keys, stats; `totals`: entry_totals(stats),
+    or None) and the cache's slots it holds (`cs`: a slot's stats, or per
+    CPU), without sorting the map: its keys are unique, so each cached slot
+    of a futex the map holds is added into that futex's row (found by
     map_positions); the others are counted as unlisted, not here. Rows in
-    the map's order (tests/unit/test_exact.py checks it against merge)."""
-    lookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
-    atomic = stats["atomic_lookups"].sum(axis=1, dtype=np.uint64)
-    bucket = _seen_bucket(stats)
+    the map's order (tests/unit/test_exact.py checks the sums)."""
+    lookups, atomic, bucket, _ = totals if totals is not None else entry_totals(stats)
+    lookups, atomic, bucket = lookups.copy(), atomic.copy(), bucket.astype(np.uint64)
     pos = map_positions(ck, keys)
     listed = np.flatnonzero(pos >= 0)
-    at, cst = pos[listed], cs[listed]
-    np.add.at(lookups, at, cst["lookups"].sum(axis=1, dtype=np.uint64))
-    np.add.at(atomic, at, cst["atomic_lookups"].sum(axis=1, dtype=np.uint64))
-    np.maximum.at(bucket, at, _seen_bucket(cst))
+    at = pos[listed]
+    slot = cs[listed] if cs.ndim == 1 else None
+    slot_lookups, slot_atomic, slot_bucket = ((slot["lookups"], slot["atomic_lookups"], slot["bucket"])
+                                              if slot is not None else entry_totals(cs[listed])[:3])
+    np.add.at(lookups, at, slot_lookups.astype(np.uint64))
+    np.add.at(atomic, at, slot_atomic.astype(np.uint64))
+    np.maximum.at(bucket, at, np.where(slot_lookups > 0, slot_bucket, 0).astype(np.uint64))
     seen = np.flatnonzero(lookups)
     out = {f: keys[f][seen].astype(np.uint64) for f in KEY_FIELDS}
     out.update(lookups=lookups[seen], atomic=atomic[seen], bucket=bucket[seen])
     return out
 
 
-def _seen_bucket(stats: np.ndarray) -> np.ndarray:
-    """Each row's bucket as a CPU that saw the futex wrote it (the others hold zeros)."""
-    return np.where(stats["lookups"] > 0, stats["bucket"], 0).max(axis=1, initial=0).astype(np.uint64)
+def entry_totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per entry of per-CPU stats (n, ncpu): lookups and atomic lookups over
+    its CPUs, and the highest and lowest bucket its CPUs computed (those
+    with lookups; the others hold zeros). CPU by CPU, whole columns at a
+    time: numpy's reductions along a short axis go row by row."""
+    lookups, bucket, atomic = stats["lookups"], stats["bucket"], stats["atomic_lookups"]
+    n = len(stats)
+    top, low = np.zeros(n, dtype=np.int64), np.full(n, 1 << 40, dtype=np.int64)
+    total, total_atomic = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+    for c in range(stats.shape[1] if stats.ndim == 2 else 0):
+        seen = lookups[:, c] > 0
+        b = bucket[:, c].astype(np.int64)
+        top = np.where(seen & (b > top), b, top)
+        low = np.where(seen & (b < low), b, low)
+        total += lookups[:, c]
+        total_atomic += atomic[:, c]
+    return total, total_atomic, top, low
 
 
 def in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:

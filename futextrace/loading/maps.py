@@ -50,7 +50,9 @@ class MapReader:
         self.futex_read = futex_read
         self._maps: dict[str, mmap.mmap] = {}     # memory mappings of the caches and the filter
         self._seen_last: tuple[np.ndarray, float] | None = None   # the filter's words at the last read, and its rate
-        self.bytes_read = 0   # bytes copied out of the kernel's maps, cumulative (bpf(2) buffers, mappings scanned)
+        # Bytes read from the maps, cumulative: copied by bpf(2) (the buffers it filled),
+        # and scanned through memory mappings (no copy by the kernel).
+        self.bytes_read = {"syscall": 0, "mapping": 0}
 
     def read(self) -> tuple[list[dict], list[dict]]:
         """(per-futex list: map and cache, exact per-bucket counts), reading
@@ -84,7 +86,7 @@ class MapReader:
             if name == "FTC_NR":
                 continue
             out[name.removeprefix("FTC_")] = list(table[ct.c_int(idx)])
-            self.bytes_read += ct.sizeof(table.Leaf)
+            self.bytes_read["syscall"] += ct.sizeof(table.Leaf)
         for b in buckets:
             col = out["PRIVATE" if b["kind"] == KIND["FT_PRIVATE"] else "GLOBAL"]
             for cpu, v in enumerate(b["per_cpu"][:len(col)]):
@@ -148,7 +150,7 @@ class MapReader:
         if "seen" not in self._maps:
             self._maps["seen"] = mmap.mmap(table.map_fd, 8 * table.max_entries, mmap.MAP_SHARED, mmap.PROT_READ)
         view = np.frombuffer(self._maps["seen"], dtype=np.uint64)
-        self.bytes_read += view.nbytes
+        self.bytes_read["mapping"] += view.nbytes
         last = self._seen_last
         # Compared in place, copied only when changed: 4 MiB at 65536 futexes.
         same = last is not None and np.array_equal(view, last[0])

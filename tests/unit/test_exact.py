@@ -145,7 +145,7 @@ def test_merged_list_adds_each_listed_cache_slot_to_its_futex():
         want = {k: tuple(v) for k, v in want.items() if v[0]}
         mk, ms = futex_arrays_of(fmap, KEY, STAT, NCPU)
         ck, cs = futex_arrays_of(cached, KEY, STAT, NCPU)
-        got = merged_list(mk, ms, ck, cs)
+        got = merged_list(mk, ms, None, ck, cs)
         cols = [got[f].tolist() for f in ("tgid", "kind", "uaddr", "hash_mask", "lookups", "atomic", "bucket")]
         assert {tuple(r[:4]): tuple(r[4:]) for r in zip(*cols)} == want
         assert len(cols[0]) == len(want)
