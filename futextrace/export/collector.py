@@ -116,7 +116,7 @@ class FutexCollector:
         with self.read_lock:
             if self.closed:
                 return
-            t0, cpu0 = time.perf_counter(), time.thread_time()
+            t0, cpu0, bytes0 = time.perf_counter(), time.thread_time(), self._bytes_read()
             rec = self.recorder.recording(now - self.started)
             reading = from_recording(rec)
             reading.processes.pop(self.own_pid, None)   # not its own series (include_self: kept)
@@ -126,16 +126,23 @@ class FutexCollector:
                              now, self.alive)
             self.stats["reads"] += 1
             self.stats["history"] = getattr(self.recorder, "history_size", dict)()
-            self.stats["read_s"] = time.perf_counter() - t0
-            # The floor follows the CPU the read took, not its wall time: on a busy
-            # host the read waits for a CPU, and that costs nothing.
-            self.stats["floor_s"] = max(self.min_interval, COST_FACTOR * (time.thread_time() - cpu0))
             self.lock_book.update(lockwaits.read_rows(self.recorder), self.book.labelled)
             fams = families(reading, self.book, self.highwater) + self.lock_book.families(
                 self.book.labelled, lambda t: self.book.procs[t].comm if t in self.book.procs else "")
+            self.stats["read_s"] = time.perf_counter() - t0
+            self.stats["read_cpu_s"] = time.thread_time() - cpu0
+            self.stats["bytes_read"] = {k: v - bytes0.get(k, 0) for k, v in self._bytes_read().items()}
+            # The floor follows the CPU the read took, not its wall time: on a busy
+            # host the read waits for a CPU, and that costs nothing.
+            self.stats["floor_s"] = max(self.min_interval, COST_FACTOR * self.stats["read_cpu_s"])
         with self.lock:
             self.cached = fams
             self.served_at = now
+
+    def _bytes_read(self) -> dict[str, int]:
+        """Bytes the recorder's map reader read so far, by way (syscall, mapping); {} where it does not count."""
+        reader = getattr(self.recorder, "reader", None)
+        return dict(getattr(reader, "bytes_read", None) or {})
 
     def _forget_gone(self, rec: Recording, reading, now: float) -> None:
         """Processes gone for the grace period leave the recorder (events,

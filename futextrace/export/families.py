@@ -142,6 +142,16 @@ def exporter_families(book: SeriesBook, stats: dict) -> list:
                                    value=stats.get("errors", 0)))
     out.append(GaugeMetricFamily("futextrace_exporter_map_read_seconds", "Time the last read "
                                  "of the kernel maps took", unit="seconds", value=stats["read_s"]))
+    out.append(GaugeMetricFamily("futextrace_exporter_map_read_cpu_seconds", "CPU time the last "
+                                 "read of the kernel maps took (its thread's: reading, summing, "
+                                 "building the metric families)", unit="seconds",
+                                 value=stats.get("read_cpu_s", 0.0)))
+    read = GaugeMetricFamily("futextrace_exporter_map_read_bytes", "Bytes the last read of the "
+                             "kernel maps read, by way: syscall (the buffers bpf(2) filled) or mapping "
+                             "(memory-mapped maps scanned, no copy by the kernel)", labels=["via"], unit="bytes")
+    for via, n in sorted(stats.get("bytes_read", {}).items()):
+        read.add_metric([via], n)
+    out.append(read)
     out.append(GaugeMetricFamily("futextrace_exporter_read_age_seconds", "Age of the read this "
                                  "scrape got: near 0 when it was read for this scrape; older when "
                                  "the read exceeded its budget (the last complete read is served) "

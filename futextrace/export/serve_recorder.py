@@ -42,6 +42,7 @@ class ServeRecorder:
         self.session = TraceSession(opts, model, history_lock=threading.Lock(), max_thread_events=0)
         self.reader: ArrayReader | None = None
         self.forgotten: set[int] = set()
+        self.sort_hints = summary.SortHints()   # the last read's sort orders: the next read's rows come nearly sorted
 
     @property
     def method(self) -> str:
@@ -83,7 +84,7 @@ class ServeRecorder:
     def recording(self, duration: float) -> dict:
         """The fields of a recording that reading.from_recording uses."""
         reader, session = self.reader, self.session
-        f = summary.merge(*reader.futex_arrays(self.forgotten))   # first: it reads the map's share of the counts
+        f = reader.futex_list(self.forgotten)   # first: it reads the map's share of the counts
         b = summary.bucket_counts(reader.bucket_columns(self.forgotten))
         private, atomic, global_ = summary.lookups_by_kind(b)
         forgotten = np.fromiter(self.forgotten, dtype=np.uint64)
@@ -105,7 +106,8 @@ class ServeRecorder:
         totals = totals_of(counters, {"missed_runs": reader.missed_runs()}, duration)
         totals["futex_list"] = {"futexes_unlisted": int(shown["unlisted"].sum())}   # as a recording's
         return {"tool_version": __version__, "method": method, "kernel": kernel, "totals": totals,
-                "processes": summary.processes(shown, listed, self._comm, g, reader.seen_filter()),
+                "processes": summary.processes(shown, listed, self._comm, g, reader.seen_filter(),
+                                                self.sort_hints),
                 "refcount": refcount_of(counters, method, [{"kind": "private", "lookups": private,
                                                             "atomic": atomic}]),
                 "resizes": timeline["resizes"], "hash_states": timeline["hash_states"]}

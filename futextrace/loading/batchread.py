@@ -41,13 +41,34 @@ def struct_format(ctype) -> tuple[str, list[str]]:
     return fmt, names
 
 
-def lookup_batch(table) -> tuple[memoryview, memoryview, int] | None:
+class BatchBuffers:
+    """Key and value buffers of whole maps, kept from one read to the next:
+    a full map's are megabytes, and making them anew every scrape (zeroed,
+    then faulted in page by page) cost more CPU than the read itself. A
+    read's views are only good until the next read of the same map."""
+
+    def __init__(self):
+        self._by_fd: dict[int, tuple] = {}
+
+    def of(self, table) -> tuple:
+        bufs = self._by_fd.get(table.map_fd)
+        if bufs is None:
+            n = table.max_entries
+            bufs = self._by_fd[table.map_fd] = ((table.Key * n)(), (table.Leaf * n)())
+        return bufs
+
+
+def lookup_batch(table, buffers: BatchBuffers | None = None) -> tuple[memoryview, memoryview, int] | None:
     """(keys buffer, values buffer, count) of the whole map, or None where
-    the kernel has no batch lookup for it."""
+    the kernel has no batch lookup for it. With `buffers`, read into the
+    buffers kept there (the views are then only good until the next read)."""
     lib = bcclite.lib()
     n = table.max_entries
-    keys = (table.Key * n)()
-    values = (table.Leaf * n)()     # BCC's PerCpuHash leaf: one value per possible CPU
+    if buffers is None:
+        keys = (table.Key * n)()
+        values = (table.Leaf * n)()     # BCC's PerCpuHash leaf: one value per possible CPU
+    else:
+        keys, values = buffers.of(table)
     token_in, token_out, count = ct.c_uint32(0), ct.c_uint32(0), ct.c_uint32(0)
     total, first = 0, True
     while total < n:

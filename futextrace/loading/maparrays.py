@@ -22,7 +22,7 @@ import numpy as np
 
 from futextrace.kernel.layout import KIND
 from futextrace.loading import bcclite, exact, lockwaits
-from futextrace.loading.batchread import lookup_batch
+from futextrace.loading.batchread import BatchBuffers, lookup_batch
 from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
 
 KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")   # a futex's key (exact.futex_key)
@@ -35,8 +35,11 @@ class ArrayReader(MapReader):
         self._map_share = np.zeros((0, len(exact.BUCKET_FIELDS)), dtype=np.uint64)
         self._cache_share = self._map_share
         self._dtypes: dict[str, np.dtype] = {}   # numpy's view of BCC's ctypes types: 4 ms each to build
+        self._buffers = BatchBuffers()           # the batch reads' buffers, kept between scrapes
         # lock_waits as last read: its keys (whole, sorted), their waits and wait ns, tgids
         self._waits_last = (np.zeros(0, dtype="V1"), *(np.zeros(0, dtype=np.uint64) for _ in range(3)))
+        self._waits_raw: tuple[bytes, bytes] | None = None   # the map's bytes as last read
+        self._waits_order: tuple[bytes, np.ndarray] | None = None   # its keys' bytes then, and their sort order
 
     def lock_wait_rows(self) -> list[dict]:
         """The lock_waits rows (lockwaits.read_waits's) whose waits or wait time
@@ -48,20 +51,34 @@ class ArrayReader(MapReader):
         if not lockwaits.attached(self.program):
             return []
         table = self.program.bpf["lock_waits"]
-        batch = lookup_batch(table)
+        batch = self._batch(table)
         if batch is None:
             return lockwaits.read_waits(self.program.bpf)
         kb, vb, n = batch
+        raw = (bytes(kb), bytes(vb))
+        if raw == self._waits_raw:
+            return []   # not one byte changed since the last read: no row changed
+        self._waits_raw = raw
         keys = np.frombuffer(kb, dtype=self._dtype("lock_waits.Key", table.Key), count=n)
         sd = self._dtype("lock_waits.sLeaf", table.sLeaf)
         ncpu = ct.sizeof(table.Leaf) // sd.itemsize
         stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
         waits = stats["waits"].sum(axis=1, dtype=np.uint64)
         ns = stats["wait_ns"].sum(axis=1, dtype=np.uint64)
-        whole = np.frombuffer(kb, dtype=np.dtype((np.void, keys.itemsize)), count=n)
-        same = self._unchanged_waits(whole, waits, ns)
-        order = np.argsort(whole)
-        self._waits_last = (whole[order].copy(), waits[order], ns[order], keys["tgid"][order].copy())
+        if self._waits_order is not None and raw[0] == self._waits_order[0]:
+            # The same keys in the same order (no entry added or deleted): compared
+            # row by row, and the last read's sort order still holds.
+            order = self._waits_order[1]
+            last_keys, last_waits, last_ns, last_tgids = self._waits_last
+            same = np.zeros(n, dtype=bool)
+            same[order] = (last_waits == waits[order]) & (last_ns == ns[order])
+            self._waits_last = (last_keys, waits[order], ns[order], last_tgids)
+        else:
+            whole = np.frombuffer(kb, dtype=np.dtype((np.void, keys.itemsize)), count=n)
+            same = self._unchanged_waits(whole, waits, ns)
+            order = np.argsort(whole)
+            self._waits_last = (whole[order].copy(), waits[order], ns[order], keys["tgid"][order].copy())
+            self._waits_order = (raw[0], order)
         pick = np.flatnonzero(~same & (waits > 0))
         k = keys[pick]
         return [{"tgid": t, "hash_mask": m, "bucket": b, "uaddr": u, "waits": w, "wait_ns": x, "max_ns": y}
@@ -81,8 +98,16 @@ class ArrayReader(MapReader):
         """Drop these processes' entries from the map, and from the last read:
         their rows come again if they are still there."""
         super().delete_lock_waits(tgids)
+        self._waits_raw = self._waits_order = None
         keep = ~np.isin(self._waits_last[3], np.fromiter(tgids, dtype=np.uint64))
         self._waits_last = tuple(a[keep] for a in self._waits_last)
+
+    def _batch(self, table):
+        """lookup_batch into this reader's buffers, its bytes counted."""
+        batch = lookup_batch(table, self._buffers)
+        if batch is not None:
+            self.bytes_read["syscall"] += len(batch[0]) + len(batch[1])
+        return batch
 
     def _dtype(self, name: str, ctype) -> np.dtype:
         if name not in self._dtypes:
@@ -92,42 +117,62 @@ class ArrayReader(MapReader):
     def futex_arrays(self, forgotten: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(keys, per-CPU stats) of the map and the per-CPU cache; the map's
         entries of `forgotten` processes deleted (their lookups in `deleted`)."""
+        keys, stats, _, ck, cst = self._futex_tiers(forgotten)
+        cs = np.zeros((len(ck), stats.shape[1]), dtype=stats.dtype)   # each slot's stats under its CPU
+        rows = np.arange(len(ck))
+        for name in stats.dtype.names:
+            cs[name][rows, cst["cpu"]] = cst[name]
+        listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
+        return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
+
+    def futex_list(self, forgotten: set[int]) -> dict[str, np.ndarray]:
+        """summary.merge(*futex_arrays(forgotten)), without sorting the map:
+        its keys are unique, so only the cache's slots of futexes it holds
+        are added, each into its own row (found by map_positions)."""
+        return merged_list(*self._futex_tiers(forgotten))
+
+    def _futex_tiers(self, forgotten: set[int]):
+        """The map's keys, per-CPU stats and entry_totals; the cache's used
+        slots' keys and stats (one CPU's each, its number in `cpu`)."""
         table = self.program.bpf["futexes"]
         kd, sd = self._dtype("futexes.Key", table.Key), self._dtype("futexes.sLeaf", table.sLeaf)
         ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
-        batch = lookup_batch(table)
+        batch = self._batch(table)
         if batch is None:   # no batch lookups: BCC's walk, into the same arrays
             keys, stats = futex_arrays_of(walk_futex_map(table), kd, sd, ncpu)
             kb = keys.tobytes()
+            self.bytes_read["syscall"] += len(keys) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
         else:
             kb, vb, n = batch
             keys = np.frombuffer(kb, dtype=kd, count=n)
             stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
         keys, stats = self._delete_forgotten(table, kb, keys, stats, forgotten)
-        self._map_share = futex_share_columns(keys, stats)   # the map's share of the exact counts
-        ck, cs = self._cache_arrays(kd, sd, ncpu)
-        listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
-        return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
+        totals = entry_totals(stats)
+        self._map_share = futex_share_columns(keys, stats, totals)   # the map's share of the exact counts
+        return (keys, stats, totals, *self._cache_slots(kd, sd))
 
-    def _cache_arrays(self, kd: np.dtype, sd: np.dtype, ncpu: int) -> tuple[np.ndarray, np.ndarray]:
+    def _cache_slots(self, kd: np.dtype, sd: np.dtype) -> tuple[np.ndarray, np.ndarray]:
         """The used slots of the per-CPU cache in front of the map, read
-        through its memory mapping (slot i belongs to CPU i // futex_cache_slots)."""
+        through its memory mapping (slot i belongs to CPU i // futex_cache_slots):
+        their keys, and their stats with their CPU, one row a slot (not a row
+        of every CPU's: at 32 CPUs that was 30 MB of zeros a read)."""
         leaf = self._dtype("futex_cache.Leaf", self.program.bpf["futex_cache"].Leaf)
         view = np.frombuffer(self.lookup_cache_buffer(), dtype=leaf)
-        slots = view.copy()        # a copy: the mapping cannot close while a view exists
+        self.bytes_read["mapping"] += view.nbytes
+        used = np.flatnonzero(view["st"]["lookups"])
+        slots = view[used]        # a copy (fancy indexing): the mapping cannot close while a view exists
         del view
-        used = np.flatnonzero(slots["st"]["lookups"])
         # Their share of the exact per-bucket counts, as exact.cache_bucket_rows gives it.
-        k, st = slots["key"][used], slots["st"][used]
+        k, st = slots["key"], slots["st"]
         self._cache_share = _columns(k["tgid"], k["kind"], k["hash_mask"], st["bucket"], st["lookups"],
                                      st["atomic_lookups"], np.zeros(len(used), dtype=np.uint64))
         keys = np.zeros(len(used), dtype=kd)
-        stats = np.zeros((len(used), ncpu), dtype=sd)
         for name in kd.names:
-            keys[name] = slots["key"][name][used]
-        rows, cpus = np.arange(len(used)), used // self.program.futex_cache_slots
+            keys[name] = k[name]
+        stats = np.zeros(len(used), dtype=np.dtype([(name, sd[name]) for name in sd.names] + [("cpu", np.int64)]))
         for name in sd.names:
-            stats[name][rows, cpus] = slots["st"][name][used]
+            stats[name] = st[name]
+        stats["cpu"] = used // self.program.futex_cache_slots
         return keys, stats
 
     def _delete_forgotten(self, table, kb: bytes, keys, stats, forgotten: set[int]):
@@ -157,21 +202,49 @@ class ArrayReader(MapReader):
         numpy by futex_arrays(), which must run first), and the per-bucket
         cache's slots not yet flushed. Rows of one bucket are added by whoever
         groups them, so their order is free."""
-        table, kept = self.program.bpf["buckets"], []
+        table = self.program.bpf["buckets"]
+        batch = self._batch(table)
+        if batch is None:   # no batch lookups: BCC's walk
+            bmap = self._walk_bucket_map(table, forgotten)
+        else:
+            kb, vb, n = batch
+            keys = np.frombuffer(kb, dtype=self._dtype("buckets.Key", table.Key), count=n)
+            sd = self._dtype("buckets.sLeaf", table.sLeaf)
+            ncpu = ct.sizeof(table.Leaf) // sd.itemsize
+            stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
+            lookups, atomic, unlisted = (stats[f].sum(axis=1, dtype=np.uint64)
+                                         for f in ("lookups", "atomic_lookups", "unlisted"))
+            gone = np.zeros(n, dtype=bool)
+            if forgotten:
+                gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))
+                for i in np.flatnonzero(gone).tolist():
+                    key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
+                    self._count_deleted(int(keys["kind"][i]), int(lookups[i]), int(atomic[i]))
+                    del table[key]
+            k = keys[~gone]
+            bmap = _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], lookups[~gone], atomic[~gone],
+                            unlisted[~gone])
+        # The futexes map's share first: its rows keep their places from one read to the next
+        # (summary.SortHint), the buckets map's move when one is inserted.
+        return np.concatenate([self._map_share, bmap, self._cache_share, self._bucket_cache_share()])
+
+    def _walk_bucket_map(self, table, forgotten: set[int]) -> np.ndarray:
+        kept = []
         for k, vals in table.items():
+            self.bytes_read["syscall"] += 2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf)
             if k.tgid in forgotten:
                 self._count_deleted(k.kind, sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals))
                 del table[k]
                 continue
             kept.append(bucket_entry(k, vals))
-        bmap = np.array(exact.bucket_rows(kept), dtype=np.uint64).reshape(-1, len(exact.BUCKET_FIELDS))
-        return np.concatenate([bmap, self._map_share, self._cache_share, self._bucket_cache_share()])
+        return np.array(exact.bucket_rows(kept), dtype=np.uint64).reshape(-1, len(exact.BUCKET_FIELDS))
 
     def _bucket_cache_share(self) -> np.ndarray:
         """The per-bucket cache's used slots as rows (exact.cache_bucket_rows's),
         read through its memory mapping."""
         leaf = self._dtype("bucket_cache.Leaf", self.program.bpf["bucket_cache"].Leaf)
         view = np.frombuffer(self._mapping("bucket_cache"), dtype=leaf)
+        self.bytes_read["mapping"] += view.nbytes
         slots = view[np.flatnonzero(view["st"]["lookups"])]   # fancy indexing copies
         del view
         k, st = slots["key"], slots["st"]
@@ -194,16 +267,28 @@ def _columns(*cols: np.ndarray) -> np.ndarray:
     return out
 
 
-def futex_share_columns(keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
+def futex_share_columns(keys: np.ndarray, stats: np.ndarray, totals: tuple | None = None) -> np.ndarray:
     """exact.bucket_rows(exact.futex_share(...)) of the futexes map's arrays,
-    with numpy (a full map every scrape), as the rows of a uint64 array: a row
-    per futex entry and CPU with lookups, under the bucket that CPU computed,
-    never unlisted. Mirrors loading/exact.py; tests/unit/test_exact.py checks
-    that both agree."""
-    entry, cpu = np.nonzero(stats["lookups"])
-    st = stats[entry, cpu]
-    return _columns(keys["tgid"][entry], keys["kind"][entry], keys["hash_mask"][entry], st["bucket"],
-                    st["lookups"], st["atomic_lookups"], np.zeros(len(entry), dtype=np.uint64))
+    with numpy (a full map every scrape), as the rows of a uint64 array, added
+    up per bucket the same (never unlisted): a row per futex entry whose CPUs
+    all computed one bucket (a private futex's bucket is its key's), their
+    counts summed, in the map's order, then a row per CPU of the others (a
+    global futex seen on CPUs of different nodes). A row per futex, not per
+    CPU, stays at the same place from one read to the next, which
+    summary.SortHint needs, and there are fewer of them with more CPUs.
+    Mirrors loading/exact.py; tests/unit/test_exact.py checks the sums agree."""
+    lookups, bucket, atomic = stats["lookups"], stats["bucket"], stats["atomic_lookups"]
+    total, total_atomic, top, low = totals if totals is not None else entry_totals(stats)
+    any_cpu = total > 0
+    one, many = np.flatnonzero(any_cpu & (top == low)), np.flatnonzero(any_cpu & (top != low))
+    entry, cpu = np.nonzero(lookups[many])
+    entry = many[entry]
+    rows = np.concatenate([one, entry])
+    return _columns(keys["tgid"][rows], keys["kind"][rows], keys["hash_mask"][rows],
+                    np.concatenate([top[one], bucket[entry, cpu]]),
+                    np.concatenate([total[one], lookups[entry, cpu]]),
+                    np.concatenate([total_atomic[one], atomic[entry, cpu]]),
+                    np.zeros(len(rows), dtype=np.uint64))
 
 
 def futex_share_rows(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
@@ -225,16 +310,96 @@ def futex_arrays_of(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) 
     return keys, stats
 
 
+def merged_list(keys: np.ndarray, stats: np.ndarray, totals: tuple | None, ck: np.ndarray,
+                cs: np.ndarray) -> dict[str, np.ndarray]:
+    """summary.merge of the map's (keys, stats; `totals`: entry_totals(stats),
+    or None) and the cache's slots it holds (`cs`: a slot's stats, or per
+    CPU), without sorting the map: its keys are unique, so each cached slot
+    of a futex the map holds is added into that futex's row (found by
+    map_positions); the others are counted as unlisted, not here. Rows in
+    the map's order (tests/unit/test_exact.py checks the sums)."""
+    lookups, atomic, bucket, _ = totals if totals is not None else entry_totals(stats)
+    lookups, atomic, bucket = lookups.copy(), atomic.copy(), bucket.astype(np.uint64)
+    pos = map_positions(ck, keys)
+    listed = np.flatnonzero(pos >= 0)
+    at = pos[listed]
+    slot = cs[listed] if cs.ndim == 1 else None
+    slot_lookups, slot_atomic, slot_bucket = ((slot["lookups"], slot["atomic_lookups"], slot["bucket"])
+                                              if slot is not None else entry_totals(cs[listed])[:3])
+    np.add.at(lookups, at, slot_lookups.astype(np.uint64))
+    np.add.at(atomic, at, slot_atomic.astype(np.uint64))
+    np.maximum.at(bucket, at, np.where(slot_lookups > 0, slot_bucket, 0).astype(np.uint64))
+    seen = np.flatnonzero(lookups)
+    out = {f: keys[f][seen].astype(np.uint64) for f in KEY_FIELDS}
+    out.update(lookups=lookups[seen], atomic=atomic[seen], bucket=bucket[seen])
+    return out
+
+
+def entry_totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per entry of per-CPU stats (n, ncpu): lookups and atomic lookups over
+    its CPUs, and the highest and lowest bucket its CPUs computed (those
+    with lookups; the others hold zeros). CPU by CPU, whole columns at a
+    time: numpy's reductions along a short axis go row by row."""
+    lookups, bucket, atomic = stats["lookups"], stats["bucket"], stats["atomic_lookups"]
+    n = len(stats)
+    top, low = np.zeros(n, dtype=np.int64), np.full(n, 1 << 40, dtype=np.int64)
+    total, total_atomic = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+    for c in range(stats.shape[1] if stats.ndim == 2 else 0):
+        seen = lookups[:, c] > 0
+        b = bucket[:, c].astype(np.int64)
+        top = np.where(seen & (b > top), b, top)
+        low = np.where(seen & (b < low), b, low)
+        total += lookups[:, c]
+        total_atomic += atomic[:, c]
+    return total, total_atomic, top, low
+
+
 def in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
-    """Which cached futex keys the map holds too (whole keys compared, on
-    the few whose address matches one in the map): exact.listed_futexes's
+    """Which cached futex keys the map holds too: exact.listed_futexes's
     rule with numpy (tests/unit/test_exact.py checks that both agree)."""
-    near = np.isin(cached["uaddr"], mapped["uaddr"])
-    if not near.any():
-        return near
-    sel = np.isin(mapped["uaddr"], cached["uaddr"][near])
-    near[near] = np.isin(_whole_keys(cached[near]), _whole_keys(mapped[sel]))
-    return near
+    return map_positions(cached, mapped) >= 0
+
+
+def map_positions(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
+    """The row of `mapped` (keys unique, as a map's are) holding each cached
+    key, -1 where none does. The map's addresses are looked up among the
+    cache's few (sorted), so only the map's rows sharing an address with a
+    cached key are compared whole: one pass over the map, no sort of it."""
+    pos = np.full(len(cached), -1, dtype=np.int64)
+    if not len(cached) or not len(mapped):
+        return pos
+    addrs = np.sort(cached["uaddr"])
+    at = np.minimum(np.searchsorted(addrs, mapped["uaddr"]), len(addrs) - 1)
+    rows = np.flatnonzero(addrs[at] == mapped["uaddr"])
+    if len(rows):
+        near = _positions_among(cached, mapped[rows])
+        pos[near >= 0] = rows[near[near >= 0]]
+    return pos
+
+
+def _positions_among(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
+    """map_positions on the map's rows that share an address with the cache:
+    among the map's rows with a cached key's address (one, mostly: other
+    processes may use it too) the whole keys are compared."""
+    pos = np.full(len(cached), -1, dtype=np.int64)
+    order = np.argsort(mapped["uaddr"])
+    addrs = mapped["uaddr"][order]
+    first = np.searchsorted(addrs, cached["uaddr"])
+    ck, mk = _whole_keys(cached), _whole_keys(mapped)
+    todo = np.arange(len(cached))
+    j = 0
+    while len(todo):   # the j-th map row with the address of each cached key still unmatched
+        at = first[todo] + j
+        ok = at < len(addrs)
+        todo, at = todo[ok], at[ok]
+        row = order[at]
+        same_addr = addrs[at] == cached["uaddr"][todo]
+        todo, row = todo[same_addr], row[same_addr]
+        hit = mk[row] == ck[todo]
+        pos[todo[hit]] = row[hit]
+        todo = todo[~hit]
+        j += 1
+    return pos
 
 
 def _whole_keys(keys: np.ndarray) -> np.ndarray:

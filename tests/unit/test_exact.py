@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from futextrace.loading.maparrays import futex_arrays_of, futex_share_rows, in_map
+from futextrace.loading.maparrays import futex_arrays_of, futex_share_rows, in_map, merged_list
 from futextrace.loading import exact
 
 NCPU = 3
@@ -96,7 +96,7 @@ def test_numpy_path_agrees_with_plain_path():
         plain = exact.bucket_rows(exact.bucket_entries(bmap, fmap, cache, NCPU))
         keys, stats = futex_arrays_of(fmap, KEY, STAT, NCPU)
         fast = exact.bucket_rows(bmap) + futex_share_rows(keys, stats) + exact.cache_bucket_rows(cache)
-        assert fast == plain
+        assert grouped(fast) == grouped(plain)   # per bucket; the numpy path sums a futex's CPUs first
 
 
 def test_cached_futex_counts_only_when_listed():
@@ -109,3 +109,59 @@ def test_cached_futex_counts_only_when_listed():
         mk, _ = futex_arrays_of(fmap, KEY, STAT, NCPU)
         ck, _ = futex_arrays_of(cached, KEY, STAT, NCPU)
         assert in_map(ck, mk).tolist() == [(c["tgid"], c["uaddr"]) in in_list for c in cached]
+
+
+def shared_addresses(seed: int):
+    """Tiers whose futexes share addresses across processes and hash masks
+    (the same address in many processes is common: one binary, one layout)."""
+    _, fmap, _, cached = tiers(seed)
+    rnd = random.Random(seed)
+    twins = []
+    for e in fmap[:10]:
+        for tgid in (7, 8):
+            twin = {**e, "tgid": tgid, "hash_mask": rnd.choice([e["hash_mask"], 255])}
+            if rnd.random() < 0.6:
+                twins.append(twin)
+            cpu = rnd.randrange(NCPU)
+            slot = [[0, 0, 0, 0, 0] for _ in range(NCPU)]
+            slot[cpu] = [rnd.randint(1, 9), 1, 3, -1, UNKNOWN]
+            cached.append({**twin, "per_cpu": slot})
+    return fmap + twins, cached
+
+
+def test_merged_list_adds_each_listed_cache_slot_to_its_futex():
+    for seed in range(6):
+        fmap, cached = shared_addresses(seed)
+        want = {}
+        def key(e):
+            return (e["tgid"], e["kind"], e["uaddr"], e["hash_mask"])
+        listed = {key(f) for f in fmap}
+        for e in fmap + [c for c in cached if key(c) in listed]:
+            w = want.setdefault(key(e), [0, 0, 0])
+            for n, atomic, bucket, *_ in e["per_cpu"]:
+                w[0] += n
+                w[1] += atomic
+                w[2] = max(w[2], bucket if n else 0)
+        want = {k: tuple(v) for k, v in want.items() if v[0]}
+        mk, ms = futex_arrays_of(fmap, KEY, STAT, NCPU)
+        ck, cs = futex_arrays_of(cached, KEY, STAT, NCPU)
+        got = merged_list(mk, ms, None, ck, cs)
+        cols = [got[f].tolist() for f in ("tgid", "kind", "uaddr", "hash_mask", "lookups", "atomic", "bucket")]
+        assert {tuple(r[:4]): tuple(r[4:]) for r in zip(*cols)} == want
+        assert len(cols[0]) == len(want)
+
+
+def test_numpy_share_of_futexes_hashed_to_different_buckets_by_cpu():
+    """A global futex's bucket can differ by CPU (each node's table): each
+    CPU's count stays under the bucket that CPU computed."""
+    rnd = random.Random(11)
+    fmap = []
+    for i in range(60):
+        per_cpu = [[0, 0, 0, 0, 0] for _ in range(NCPU)]
+        for cpu in rnd.sample(range(NCPU), rnd.randint(1, NCPU)):
+            n = rnd.randint(1, 9)
+            per_cpu[cpu] = [n, rnd.randint(0, n), rnd.choice([3, 5]) if i % 2 else 7, -1, UNKNOWN]
+        fmap.append({"tgid": 300 + i % 3, "kind": 1, "uaddr": 4 * i, "hash_mask": 15, "per_cpu": per_cpu})
+    keys, stats = futex_arrays_of(fmap, KEY, STAT, NCPU)
+    plain = exact.bucket_rows(exact.futex_share(fmap))
+    assert grouped(futex_share_rows(keys, stats)) == grouped(plain)

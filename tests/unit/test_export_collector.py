@@ -242,3 +242,23 @@ def test_retention_forgets_the_gone_once_after_the_grace_period():
     assert r.expired({1, 3}, now=14, alive=alive.get) == set()       # 3 gone since 5
     assert r.expired({1, 3}, now=15, alive=alive.get) == {3}
     assert r.expired({1}, now=100, alive=alive.get) == set() and r.gone == {}   # the living stay
+
+
+def test_each_read_serves_the_bytes_it_read_and_its_cpu():
+    """futextrace_exporter_map_read_bytes: what this read added to the map
+    reader's cumulative counts, by way; the read's CPU time beside it."""
+    from types import SimpleNamespace
+    recording = json.loads((DATA / "recording-tp-64.json").read_text())
+    c, rec, clock, registry = collector_for([recording])
+    rec.reader = SimpleNamespace(bytes_read={"syscall": 1000, "mapping": 50})
+    reading = rec.recording
+
+    def read_more(duration):
+        rec.reader.bytes_read["syscall"] += 700
+        rec.reader.bytes_read["mapping"] += 4096
+        return reading(duration)
+    rec.recording = read_more
+    m = scrape(registry)
+    assert m[("futextrace_exporter_map_read_bytes", frozenset({("via", "syscall")}))] == 700
+    assert m[("futextrace_exporter_map_read_bytes", frozenset({("via", "mapping")}))] == 4096
+    assert m[("futextrace_exporter_map_read_cpu_seconds", frozenset())] >= 0

@@ -177,3 +177,18 @@ def test_futexes_beyond_the_list_are_estimates_in_both():
     assert beyond_list(lean) == beyond_list(rec["processes"])
     # The exporter's gauge: every futex the test turned away, all processes and hashes.
     assert from_recording(rec).futexes_unlisted == len(unlisted)
+
+
+def test_a_sort_hint_only_changes_how_fast_rows_are_sorted():
+    import numpy as np
+    from futextrace.export.summary import SortHint
+    rng, hint = np.random.default_rng(3), SortHint()
+    rows = rng.integers(0, 1 << 40, 500).astype(np.uint64)
+    for step in range(12):   # rows come and go, change and move, as a map's do between reads
+        n = len(rows)
+        rows = np.concatenate([rows[rng.random(n) > 0.05], rng.integers(0, 1 << 40, rng.integers(0, 60))
+                               .astype(np.uint64)])
+        rows[rng.integers(0, len(rows), 20)] = rng.integers(0, 1 << 40, 20).astype(np.uint64)
+        order = hint.argsort(rows)
+        assert sorted(order.tolist()) == list(range(len(rows)))          # a permutation of the rows
+        assert (np.diff(rows[order].astype(np.float64)) >= 0).all()      # that sorts them

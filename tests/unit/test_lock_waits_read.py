@@ -55,8 +55,8 @@ def grow(rng: random.Random, table: Table) -> None:
 
 def test_changed_rows_feed_the_wait_book_as_every_row_does(monkeypatch):
     rng, table = random.Random(7), Table()
-    monkeypatch.setattr(lockwaits, "lookup_batch", lambda t: t.batch())
-    monkeypatch.setattr(maparrays, "lookup_batch", lambda t: t.batch())
+    monkeypatch.setattr(lockwaits, "lookup_batch", lambda t, *_: t.batch())
+    monkeypatch.setattr(maparrays, "lookup_batch", lambda t, *_: t.batch())
     bcc = {"lock_waits": table}
     reader = ArrayReader(SimpleNamespace(bpf=bcc, contention="attached"))
     every, changed = WaitBook(), WaitBook()
@@ -75,7 +75,7 @@ def test_changed_rows_feed_the_wait_book_as_every_row_does(monkeypatch):
 
 def test_an_unchanged_map_gives_no_rows(monkeypatch):
     table = Table()
-    monkeypatch.setattr(maparrays, "lookup_batch", lambda t: t.batch())
+    monkeypatch.setattr(maparrays, "lookup_batch", lambda t, *_: t.batch())
     reader = ArrayReader(SimpleNamespace(bpf={"lock_waits": table}, contention="attached"))
     assert reader.lock_wait_rows() == []          # an empty map too
     grow(random.Random(1), table)

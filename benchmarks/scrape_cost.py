@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""CPU and bytes read per scrape of `futextrace serve` (issue 44, item 4).
+
+Two workloads, one after the other (futexbench, as footprint.py starts it):
+
+  1024     futexbench -t 2 -f 1024: one 1,024-futex workload;
+  full     futexbench -t 2 -f 65536 -b 16384: the per-CPU `futexes` map
+           full (65,536 entries: its default size up to 13 CPUs, 16,384 at 32) and the
+           `buckets` map busy (the futexes beyond the map are counted per
+           bucket, 16,384 buckets).
+
+For each, the exporter's recorder and collector run in this process, as
+`futextrace serve` runs them (all processes traced, tracepoint method unless
+--method), the ring buffer polled in a thread of its own; then N scrapes
+SCRAPE_GAP apart, each one collect() plus the text exposition (what the HTTP
+handler does). A scrape's CPU is its thread's CPU time (time.thread_time: the
+read, the numpy work, the families and the rendering, nothing else);
+bytes read: the buffers the read's bpf(2) calls filled ("syscall") and the
+memory-mapped maps it scanned ("mapping": the caches, the first-seen
+filter), as the exporter serves them (futextrace_exporter_map_read_bytes).
+The first scrape (which builds what later ones reuse) is left out; the
+median, min and max of the others are printed.
+
+--serve also runs `futextrace serve` as a process and measures it the way
+footprint.py does (utime+stime over the scrapes, less its idle rate), for
+comparison with the figure of the issue.
+
+    sudo .venv/bin/python benchmarks/scrape_cost.py
+    sudo .venv/bin/python benchmarks/scrape_cost.py --scrapes 10 --loads full --serve
+
+Not a test: it prints figures. Needs root and cc. In a guest:
+tests/vm/guestrun.py 7.3 -- python3 benchmarks/scrape_cost.py
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's futextrace, not an installed one
+
+SCRAPE_GAP = 1.0    # seconds between scrapes: above serve's --min-interval, so each one reads the maps
+LOADS = {"1024": ["-t", "2", "-f", "1024"], "full": ["-t", "2", "-f", "65536", "-b", "16384"]}
+
+
+def in_process(bench: str, load: str, scrapes: int, method: str, settle: float) -> dict:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from futextrace.export.collector import FutexCollector
+    from futextrace.export.serve_recorder import ServeRecorder
+    from futextrace.record.session import RecordOptions
+
+    wl = subprocess.Popen([bench, *LOADS[load], "-r", "3600"], stdout=subprocess.DEVNULL)
+    rec = ServeRecorder(RecordOptions(method=method, announce=False))
+    stop = threading.Event()
+    try:
+        time.sleep(0.3)
+        rec.start()
+        poller = threading.Thread(target=lambda: [rec.session.program.bpf.ring_buffer_poll(100)
+                                                  for _ in iter(stop.is_set, True)], daemon=True)
+        poller.start()
+        collector = FutexCollector(rec, 10, 120.0, 0.1, background=False)
+        registry = CollectorRegistry()
+        registry.register(collector)
+        time.sleep(settle)          # the maps fill
+        cpu, nbytes, sizes = [], [], []
+        for k in range(scrapes + 1):
+            t0 = time.thread_time()
+            page = generate_latest(registry)
+            used = time.thread_time() - t0
+            if k:
+                cpu.append(used * 1000)
+                nbytes.append(collector.stats.get("bytes_read", {}))
+                sizes.append(len(page))
+            time.sleep(SCRAPE_GAP)
+        entries = {name: _entries(rec.session.program.bpf[name]) for name in ("futexes", "buckets")}
+        collector.close()
+        return {"cpu_ms": cpu, "bytes": nbytes, "page": sizes, "entries": entries,
+                "ncpu": rec.session.program.ncpu_ids}
+    finally:
+        stop.set()
+        wl.kill()
+        wl.wait()
+        rec.close()
+
+
+def _entries(table) -> int:
+    """Entries in a hash map now (one more batch read: not part of any scrape)."""
+    from futextrace.loading.batchread import lookup_batch
+    batch = lookup_batch(table)
+    return sum(1 for _ in table.keys()) if batch is None else batch[2]
+
+
+def as_serve(bench: str, load: str, scrapes: int) -> dict:
+    """`futextrace serve` as a process, measured as footprint.py measures it."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import footprint
+    wl = subprocess.Popen([bench, *LOADS[load], "-r", "3600"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        port = footprint.free_port()
+        cmd = footprint.futextrace_cmd("serve", "--listen", f"127.0.0.1:{port}")
+        return footprint.measure_exporter(cmd, port, "serving", scrapes, 5)
+    finally:
+        wl.kill()
+        wl.wait()
+
+
+def spread(values: list[float], fmt: str) -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scrapes", type=int, default=20)
+    ap.add_argument("--loads", default="1024,full", help="comma-separated: " + ", ".join(LOADS))
+    ap.add_argument("--method", default="tracepoint")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds the maps fill before the first scrape")
+    ap.add_argument("--serve", action="store_true", help="also measure `futextrace serve` as a process")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("scrape_cost.py: needs root")
+    from futextrace.workload.build import workload_path
+    bench = str(workload_path())
+    print(f"# {os.cpu_count()} CPUs, kernel {os.uname().release}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    for load in a.loads.split(","):
+        r = in_process(bench, load, a.scrapes, a.method, a.settle)
+        ways = sorted({via for b in r["bytes"] for via in b})
+        print(f"{load}: CPU per scrape {spread(r['cpu_ms'], '{:.1f}')} ms, bytes read per scrape "
+              + ", ".join(f"{via} {spread([b.get(via, 0) for b in r['bytes']], '{:.0f}')}" for via in ways)
+              + f", page {statistics.median(r['page']):.0f} B, "
+              f"map entries {r['entries']}, {r['ncpu']} possible CPUs", flush=True)
+        if a.serve:
+            s = as_serve(bench, load, a.scrapes)
+            print(f"{load}: futextrace serve process: " + ", ".join(
+                f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()), flush=True)
+    print(f"# end: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
