@@ -183,7 +183,8 @@ def processes(b: dict[str, np.ndarray], f: dict[str, np.ndarray], comms, global_
     starts = _starts([bt, bk, bm])
     lookups = np.add.reduceat(per_bucket, starts).tolist()
     priv = bk == PRIVATE
-    spread, listed = _hash_spread(bt[priv], bm[priv], per_bucket[priv]), _private_spread(f, b, hints["futexes"] if hints is not None else None)
+    spread = _hash_spread(bt[priv], bm[priv], per_bucket[priv])
+    listed = _private_spread(f, b, hints["futexes"] if hints is not None else None)
     by_tgid: dict[int, list[dict]] = {}
     for t, k, m, n in zip(bt[starts].tolist(), bk[starts].tolist(), bm[starts].tolist(), lookups):
         if not n:
