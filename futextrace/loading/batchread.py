@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import errno
+import mmap
 import struct
 
 from futextrace.loading import bcclite
@@ -45,7 +46,11 @@ class BatchBuffers:
     """Key and value buffers of whole maps, kept from one read to the next:
     a full map's are megabytes, and making them anew every scrape (zeroed,
     then faulted in page by page) cost more CPU than the read itself. A
-    read's views are only good until the next read of the same map."""
+    read's views are only good until the next read of the same map.
+    They are anonymous memory mappings, not ctypes' own (zero-filled, so all
+    resident): a page is resident once the kernel has written an entry into
+    it, so a map that holds 4,000 of its 65,536 entries costs 0.4 MiB of RSS,
+    not 5.8 (13 MiB for the exporter's three maps)."""
 
     def __init__(self):
         self._by_fd: dict[int, tuple] = {}
@@ -54,8 +59,10 @@ class BatchBuffers:
         bufs = self._by_fd.get(table.map_fd)
         if bufs is None:
             n = table.max_entries
-            bufs = self._by_fd[table.map_fd] = ((table.Key * n)(), (table.Leaf * n)())
-        return bufs
+            keys, values = (mmap.mmap(-1, max(1, ct.sizeof(t) * n)) for t in (table.Key, table.Leaf))
+            bufs = self._by_fd[table.map_fd] = ((table.Key * n).from_buffer(keys),
+                                                (table.Leaf * n).from_buffer(values), keys, values)
+        return bufs[:2]
 
 
 def lookup_batch(table, buffers: BatchBuffers | None = None) -> tuple[memoryview, memoryview, int] | None:
