@@ -32,7 +32,7 @@ def sha256_of(path: str, memo_dir: Path) -> str | None:
     except OSError:
         return None
     if stamp is not None:
-        _write_memo(memo_dir / MEMO_NAME, f"{stamp} {digest}\n")
+        replace_file(memo_dir / MEMO_NAME, f"{stamp} {digest}\n", ".btf.")
     return digest
 
 
@@ -53,20 +53,24 @@ def _read_memo(memo: Path, stamp: str) -> str | None:
     return digest if ok else None
 
 
-def _write_memo(memo: Path, text: str) -> None:
-    """Written aside and renamed: a reader never sees half of it. Best effort."""
+def replace_file(path: Path, text: str, prefix: str) -> bool:
+    """Write `text` aside and rename it to `path` (mode 0644), so a reader never
+    sees half of it: the memo here, the models in modelcache. Best effort: False
+    when it could not be written (costing the next start its speed, nothing more)."""
     try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".btf.", dir=memo.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=prefix, dir=path.parent)
     except OSError:
-        return
+        return False
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, memo)
+        os.replace(tmp, path)
+        return True
     except OSError:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        return False

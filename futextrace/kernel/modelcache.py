@@ -17,7 +17,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from futextrace import __version__
@@ -91,23 +90,8 @@ def _read(path: Path) -> kmodel.KernelModel | None:
 def _write(path: Path, model: kmodel.KernelModel) -> None:
     """Write to a temporary name and rename, so a reader never sees half a file.
     A cache that cannot be written only costs the next run its speed."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".model.", dir=path.parent)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(model.to_dict(), f)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return
-    _prune(path.parent)
+    if btfdigest.replace_file(path, json.dumps(model.to_dict()), ".model."):
+        _prune(path.parent)
 
 
 def _prune(directory: Path) -> None:
