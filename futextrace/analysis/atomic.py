@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from futextrace.recording import AtomicWindow, Installed, Recording, ResizeCost
 
+PER_PROCESS = ("resizes", "hash_states", "processes")   # rows with a "pid": process_cost reads its own
+
 
 def installed_at(pid: int, rec: Recording, t: float | None = None) -> Installed | None:
     """The hash the process used at time t (default: the end): the latest
@@ -111,5 +113,13 @@ def process_cost(pid: int, rec: Recording) -> ResizeCost:
 
 
 def resize_cost(rec: Recording) -> list[ResizeCost]:
-    """process_cost() for every process with a hash state or a resize."""
-    return [process_cost(pid, rec) for pid in _pids(rec)]
+    """process_cost() for every process with a hash state or a resize, each
+    given only its own rows of the per-process lists (the only ones it reads):
+    scanning every row for every process (hundreds with a hash state on a
+    busy host) cost the exporter several ms a scrape."""
+    own: dict[int, dict[str, list]] = {}
+    for name in PER_PROCESS:
+        for row in rec.get(name, []):
+            own.setdefault(row["pid"], {}).setdefault(name, []).append(row)
+    rest = {k: v for k, v in rec.items() if k not in PER_PROCESS}
+    return [process_cost(pid, {**rest, **own.get(pid, {})}) for pid in _pids(rec)]

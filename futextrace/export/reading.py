@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from futextrace.analysis.atomic import process_cost
+from futextrace.analysis.atomic import resize_cost
 from futextrace.recording import HashSummary, Process, Recording, ResizeCost
 
 # Totals fields exported as counters, with their metric name suffix.
@@ -102,20 +102,6 @@ def _process(proc: Process, states: dict[int, dict], costs: dict[int, ResizeCost
     return p
 
 
-def resize_costs(rec: Recording) -> list[ResizeCost]:
-    """analysis.atomic.resize_cost(rec), each process's cost computed from
-    its own rows only: process_cost looks at one pid's rows, and scanning
-    every row for every process (hundreds with a hash state on a busy host)
-    cost several ms a scrape."""
-    own: dict[int, dict[str, list]] = {}
-    for name in ("resizes", "hash_states", "processes"):
-        for row in rec.get(name, []):
-            own.setdefault(row["pid"], {}).setdefault(name, []).append(row)
-    pids = sorted({r["pid"] for r in rec.get("resizes", [])} | {s["pid"] for s in rec.get("hash_states", [])})
-    rest = {k: v for k, v in rec.items() if k not in ("resizes", "hash_states", "processes")}
-    return [process_cost(pid, {**rest, **own[pid]}) for pid in pids]
-
-
 def from_recording(rec: Recording) -> Reading:
     # Later entries win: the last state. A successful resize that took over is
     # a state too (recordings without hash_states); one still waiting for its
@@ -126,7 +112,7 @@ def from_recording(rec: Recording) -> Reading:
               if z.get("result") == 0 and z.get("pivot_t", z["t"]) is not None}
     states.update({s["pid"]: s for s in sorted(rec.get("hash_states", []), key=lambda s: s["t"])})
     r = Reading()
-    costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_costs(rec)}
+    costs = {c["pid"]: c for c in rec.get("resize_cost") or resize_cost(rec)}
     r.processes = {p["pid"]: _process(p, states, costs) for p in rec["processes"]}
     t = rec["totals"]
     r.totals = {name: int(t.get(field_, 0)) for field_, name in TOTAL_COUNTERS.items()}

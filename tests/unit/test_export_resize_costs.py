@@ -1,7 +1,6 @@
-"""export/reading.py's resize_costs: each process's cost from its own rows,
-the same as analysis/atomic.py's resize_cost scanning every row for each."""
-from futextrace.analysis.atomic import resize_cost
-from futextrace.export.reading import resize_costs
+"""analysis/atomic.py's resize_cost gives each process only its own rows: the
+same costs as process_cost scanning every row of the whole recording for each."""
+from futextrace.analysis.atomic import process_cost, resize_cost
 
 
 def _resize(pid, t, old, new, pivot_t, result=0):
@@ -21,5 +20,4 @@ def test_grouped_costs_are_the_scanned_ones():
               "hashes": [{"kind": "private", "buckets": 16, "lookups": 100 * pid}]} for pid in (1, 2, 4, 5)]
     rec = {"duration_s": 1.5, "method": {"name": "kprobe"}, "resizes": resizes, "hash_states": states,
            "processes": procs, "kernel": {}}
-    assert resize_costs(rec) == resize_cost(rec)
-    assert [c["pid"] for c in resize_costs(rec)] == [1, 2, 3, 4]
+    assert resize_cost(rec) == [process_cost(pid, rec) for pid in (1, 2, 3, 4)]
