@@ -74,8 +74,10 @@ def _load(insns: bytes, name: str, prog_type: int, license_: str, kern_version: 
           attach_type: int, btf_id: int) -> int:
     code = ctypes.create_string_buffer(insns, len(insns))
     license_buf = ctypes.create_string_buffer(license_.encode())
-    log = ctypes.create_string_buffer(1 << 20)
+    log = None       # 1 MiB, made for the retry with the verifier's log only
     for log_level in (0, 1):
+        if log_level:
+            log = ctypes.create_string_buffer(1 << 20)
         attr = bytearray(ATTR_SIZE)
         # union bpf_attr, BPF_PROG_LOAD: prog_type, insn_cnt, insns, license,
         # log_level, log_size, log_buf, kern_version, prog_flags, prog_name[16]

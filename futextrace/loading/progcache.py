@@ -58,6 +58,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace")) / "prog"
 
 
+@functools.lru_cache(maxsize=None)
 def _bcc_library() -> str:
     """Path, size and mtime of BCC's libbcc.so, found beside the compiler-free
     libbcc_bpf.so (one package ships both) so that a warm start, which never
