@@ -114,21 +114,13 @@ class ArrayReader(MapReader):
             self._dtypes[name] = np.dtype(ctype)
         return self._dtypes[name]
 
-    def futex_arrays(self, forgotten: set[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(keys, per-CPU stats) of the map and the per-CPU cache; the map's
-        entries of `forgotten` processes deleted (their lookups in `deleted`)."""
-        keys, stats, _, ck, cst = self._futex_tiers(forgotten)
-        cs = np.zeros((len(ck), stats.shape[1]), dtype=stats.dtype)   # each slot's stats under its CPU
-        rows = np.arange(len(ck))
-        for name in stats.dtype.names:
-            cs[name][rows, cst["cpu"]] = cst[name]
-        listed = in_map(ck, keys)   # a cached futex the list turned away is counted as unlisted
-        return np.concatenate([keys, ck[listed]]), np.concatenate([stats, cs[listed]])
-
     def futex_list(self, forgotten: set[int]) -> dict[str, np.ndarray]:
-        """summary.merge(*futex_arrays(forgotten)), without sorting the map:
-        its keys are unique, so only the cache's slots of futexes it holds
-        are added, each into its own row (found by map_positions)."""
+        """summary.merge of the map's and the per-CPU cache's futexes (the
+        map's entries of `forgotten` processes deleted, their lookups in
+        `deleted`), without sorting the map: its keys are unique, so only the
+        cache's slots of futexes it holds are added, each into its own row
+        (found by map_positions); a cached futex the list turned away is
+        counted as unlisted, not here."""
         return merged_list(*self._futex_tiers(forgotten))
 
     def _futex_tiers(self, forgotten: set[int]):
@@ -199,7 +191,7 @@ class ArrayReader(MapReader):
         uint64 array: the tiers of exact.bucket_entries with CPUs summed: the
         `buckets` map (entries of `forgotten` processes deleted, their lookups in
         `deleted`), the futexes map's share and the lookup cache's (read with
-        numpy by futex_arrays(), which must run first), and the per-bucket
+        numpy by futex_list(), which must run first), and the per-bucket
         cache's slots not yet flushed. Rows of one bucket are added by whoever
         groups them, so their order is free."""
         table = self.program.bpf["buckets"]
@@ -354,15 +346,10 @@ def entry_totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return total, total_atomic, top, low
 
 
-def in_map(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
-    """Which cached futex keys the map holds too: exact.listed_futexes's
-    rule with numpy (tests/unit/test_exact.py checks that both agree)."""
-    return map_positions(cached, mapped) >= 0
-
-
 def map_positions(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
     """The row of `mapped` (keys unique, as a map's are) holding each cached
-    key, -1 where none does. The map's addresses are looked up among the
+    key, -1 where none does: >= 0 is exact.listed_futexes's rule with numpy
+    (tests/unit/test_exact.py checks that both agree). The map's addresses are looked up among the
     cache's few (sorted), so only the map's rows sharing an address with a
     cached key are compared whole: one pass over the map, no sort of it."""
     pos = np.full(len(cached), -1, dtype=np.int64)
