@@ -75,5 +75,10 @@ fi
 if [ $want_vm = 1 ] && [ ! -x "$venv/bin/vng" ]; then
     "$venv/bin/pip" install -q --disable-pip-version-check 'virtme-ng>=1.30'
 fi
+# An editable install leaves the package's own modules uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set no run ever writes their .pyc files: every start
+# would then compile ~80 modules (0.07-0.14 s of a 0.25 s warm start). Only
+# stale or missing files are written.
+"$venv/bin/python" -m compileall -q "$here/futextrace" >/dev/null
 "$venv/bin/python" -m futextrace.kernel.headers --prepare >/dev/null
 say "ready ($venv)"
