@@ -2,9 +2,11 @@
 """Footprint of `futextrace record` and `futextrace serve` beside bpftrace and
 prometheus-node-exporter (issue 44): memory, start-up time, CPU per scrape.
 
-In one run, with the built-in futexbench workload running (2 threads, 4096
-futexes, as `futextrace bench` runs it), idle and then with every CPU busy
-(one bounded busy loop per CPU), it measures:
+In one run, under three loads: "quiet" (an idle host: the traced process is a
+`sleep`, nothing else runs; starts only, the exporters are not measured
+there), "workload" (the built-in futexbench running, 2 threads, 4096
+futexes, as `futextrace bench` runs it: on a 2-CPU host it keeps both CPUs in
+use), and "busy" (the workload and a bounded busy loop per CPU), it measures:
 
   record   `futextrace record -p WORKLOAD -d N`: time from the command's start
            to "Tracing ..." on its stderr (printed once attached), max RSS
@@ -253,13 +255,18 @@ def describe(tool: str, load: str, runs: list[dict]) -> dict:
 
 def run_load(load: str, a, bench: str, have: dict) -> list[dict]:
     rows = []
-    workload = subprocess.Popen([bench, "-t", "2", "-f", "4096", "-r", "3600"], stdout=subprocess.DEVNULL)
+    # quiet: the traced process sleeps and nothing else runs, the idle host of the
+    # start-up target; the exporters are measured under the workload only.
+    quiet = load == "quiet"
+    workload = subprocess.Popen(["sleep", "3600"] if quiet else [bench, "-t", "2", "-f", "4096", "-r", "3600"],
+                                stdout=subprocess.DEVNULL)
     busy = Busy(1800) if load == "busy" else None
     try:
         time.sleep(0.5)
         if a.only in (None, "futextrace"):
             rows.append(describe("futextrace record", load,
                                  [measure_record(workload.pid, a.duration) for _ in range(a.repeat)]))
+        if a.only in (None, "futextrace") and not quiet:
             port = free_port()
             serve = futextrace_cmd("serve", "--listen", f"127.0.0.1:{port}", "-p", str(workload.pid))
             rows.append(describe(f"futextrace serve -p ({a.scrapes} scrapes)", load,
@@ -271,7 +278,7 @@ def run_load(load: str, a, bench: str, have: dict) -> list[dict]:
         if a.only in (None, "others") and have["bpftrace"]:
             rows.append(describe("bpftrace (one tracepoint, per-CPU count)", load,
                                  [measure_bpftrace(a.duration) for _ in range(a.repeat)]))
-        if a.only in (None, "others") and have[NODE_EXPORTER]:
+        if a.only in (None, "others") and have[NODE_EXPORTER] and not quiet:
             port = free_port()
             cmd = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}"]
             rows.append(describe(f"prometheus-node-exporter ({a.scrapes} scrapes)", load,
@@ -322,7 +329,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="starts of record and bpftrace per load")
     ap.add_argument("--scrapes", type=int, default=20, help="scrapes per exporter (one a second)")
     ap.add_argument("--idle", type=float, default=5, help="seconds of an exporter's idle rate before scraping")
-    ap.add_argument("--loads", default="idle,busy", help="idle, busy (a busy loop per CPU), or both")
+    ap.add_argument("--loads", default="quiet,workload,busy",
+                    help="quiet (the traced process sleeps, nothing else runs: starts only), workload "
+                         "(futexbench, 2 threads), busy (the workload and a busy loop per CPU); comma-separated")
     ap.add_argument("--only", choices=["futextrace", "others"], help="measure only futextrace, or only the others")
     a = ap.parse_args()
     if os.geteuid() != 0:

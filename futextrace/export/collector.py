@@ -131,8 +131,10 @@ class FutexCollector:
             fams = families(reading, self.book, self.highwater) + self.lock_book.families(
                 self.book.labelled, lambda t: self.book.procs[t].comm if t in self.book.procs else "")
             # A read's numpy temporaries are freed, but glibc keeps the heap they
-            # grew: handed back, 4-5 MiB less RSS in steady state (benchmarks/footprint.py).
+            # grew: handed back, 4-5 MiB less RSS in steady state (benchmarks/footprint.py);
+            # and the batch buffers' pages, 7 MiB with full maps (BatchBuffers.release).
             release_freed_heap()
+            getattr(self.recorder, "release_read_buffers", lambda: None)()
             self.stats["read_s"] = time.perf_counter() - t0
             self.stats["read_cpu_s"] = time.thread_time() - cpu0
             self.stats["bytes_read"] = {k: v - bytes0.get(k, 0) for k, v in self._bytes_read().items()}

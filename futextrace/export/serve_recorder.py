@@ -73,6 +73,11 @@ class ServeRecorder:
         """What the recorder retains, for tests and the exporter's own metrics."""
         return {**self.session.history_size(), "forgotten": len(self.forgotten)}
 
+    def release_read_buffers(self) -> None:
+        """Once a read's results are built: its buffers' pages handed back."""
+        if self.reader is not None:
+            self.reader.release_buffers()
+
     def lock_wait_rows(self) -> list[dict]:
         """The lock_waits map's rows ([] where not attached)."""
         return self.reader.lock_wait_rows() if self.reader is not None else []

@@ -64,6 +64,16 @@ class BatchBuffers:
                                                 (table.Leaf * n).from_buffer(values), keys, values)
         return bufs[:2]
 
+    def release(self) -> None:
+        """Hand the buffers' pages back (MADV_DONTNEED), keeping the mappings:
+        between reads a full map's buffers held 7 MiB of the exporter's RSS,
+        and the next read faults in, zeroed, only the pages the kernel fills
+        (1-2 ms for a full map). Only once nothing uses the last read's views:
+        they read zeros from then on."""
+        for _, _, keys, values in self._by_fd.values():
+            keys.madvise(mmap.MADV_DONTNEED)
+            values.madvise(mmap.MADV_DONTNEED)
+
 
 def lookup_batch(table, buffers: BatchBuffers | None = None) -> tuple[memoryview, memoryview, int] | None:
     """(keys buffer, values buffer, count) of the whole map, or None where

@@ -102,6 +102,11 @@ class ArrayReader(MapReader):
         keep = ~np.isin(self._waits_last[3], np.fromiter(tgids, dtype=np.uint64))
         self._waits_last = tuple(a[keep] for a in self._waits_last)
 
+    def release_buffers(self) -> None:
+        """The batch buffers' pages handed back (BatchBuffers.release): every
+        result of a read is a copy, none a view of them."""
+        self._buffers.release()
+
     def _batch(self, table):
         """lookup_batch into this reader's buffers, its bytes counted."""
         batch = lookup_batch(table, self._buffers)
