@@ -32,7 +32,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     # numpy (0.1-0.2 s) and elftools (0.05 s): the summary, the map reader and
     # the naming run after the attach, and `record` says "Tracing" without them.
     ("futextrace.commands.record", "futextrace.output.text.render"): "numpy, elftools: the summary, after the run",
-    ("futextrace.record.recorder", "futextrace.loading.maps"): "numpy: the map reader, once attached",
+    ("futextrace.record.recorder", "futextrace.loading.maparrays"): "numpy: the map reader, once attached",
+    ("futextrace.record.live", "futextrace.record.live_arrays"): "numpy: the -i rows, once attached",
     ("futextrace.record.recorder", "futextrace.naming.recorded"): "elftools: the naming, after the run",
     ("futextrace.naming.capture", "futextrace.naming.elfsyms"): "elftools: build ids, at the first maps read",
 }

@@ -21,7 +21,7 @@ import ctypes as ct
 import numpy as np
 
 from futextrace.kernel.layout import KIND
-from futextrace.loading import bcclite, exact, lockwaits
+from futextrace.loading import bcclite, exact, lockwaits, nodebuckets
 from futextrace.loading.batchread import BatchBuffers, lookup_batch
 from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
 
@@ -224,6 +224,47 @@ class ArrayReader(MapReader):
         # The futexes map's share first: its rows keep their places from one read to the next
         # (summary.SortHint), the buckets map's move when one is inserted.
         return np.concatenate([self._map_share, bmap, self._cache_share, self._bucket_cache_share()])
+
+    def interval_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """What a `record -i` row reads (record/live.py): the per-futex list
+        (futex_list's arrays) and the exact per-bucket counts with each
+        bucket's node (nodebuckets.group's arrays), read as the exporter reads
+        the maps: batches and memory mappings into numpy, no dict per futex."""
+        keys, stats, totals, ck, cs = self._futex_tiers(set())
+        futexes = merged_list(keys, stats, totals, ck, cs)
+        tiers = [nodebuckets.futex_map_tier(keys, stats), nodebuckets.futex_cache_tier(ck, cs)]
+        table = self.program.bpf["buckets"]
+        batch = self._batch(table)
+        kd = self._dtype("buckets.Key", table.Key)
+        if batch is None:   # no batch lookups: BCC's walk
+            items = list(table.items())
+            self.bytes_read["syscall"] += len(items) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
+            bkeys = np.frombuffer(b"".join(bytes(k) for k, _ in items), dtype=kd)
+            blookups = np.array([sum(v.lookups for v in vals) for _, vals in items], dtype=np.uint64)
+        else:
+            kb, vb, n = batch
+            bkeys = np.frombuffer(kb, dtype=kd, count=n)
+            sd = self._dtype("buckets.sLeaf", table.sLeaf)
+            ncpu = ct.sizeof(table.Leaf) // sd.itemsize
+            blookups = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)["lookups"].sum(
+                axis=1, dtype=np.uint64)
+        tiers.append(nodebuckets.bucket_tier(bkeys, blookups))
+        leaf = self._dtype("bucket_cache.Leaf", self.program.bpf["bucket_cache"].Leaf)
+        view = np.frombuffer(self._mapping("bucket_cache"), dtype=leaf)
+        self.bytes_read["mapping"] += view.nbytes
+        slots = view[np.flatnonzero(view["st"]["lookups"])]   # fancy indexing copies
+        del view
+        tiers.append(nodebuckets.bucket_tier(slots["key"], slots["st"]["lookups"]))
+        return futexes, nodebuckets.group(tiers)
+
+    def interval_counters(self, buckets: dict[str, np.ndarray]) -> dict[str, list[int]]:
+        """counters() with interval_arrays's per-bucket counts: the BPF side's
+        counters, CPUs summed, PRIVATE and GLOBAL with every bucket's lookups added."""
+        out = {name: [sum(v)] for name, v in self.counters([]).items()}
+        private = buckets["kind"] == KIND["FT_PRIVATE"]
+        out["PRIVATE"][0] += int(buckets["lookups"][private].sum())
+        out["GLOBAL"][0] += int(buckets["lookups"][~private].sum())
+        return out
 
     def _walk_bucket_map(self, table, forgotten: set[int]) -> np.ndarray:
         kept = []

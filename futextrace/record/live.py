@@ -1,9 +1,11 @@
 """The live view of `record -i`: per-interval rates per process, like top.
 
 Each interval the recorder hands over the cumulative per-futex counts (the
-map plus the per-CPU cache, merged); this module turns two such readings into
-per-process rates for the interval (output/text/live_text.py words them). Pure Python on plain
-data, unit-tested on recorded counts.
+map plus the per-CPU cache, merged) and the exact per-bucket counts; this
+module turns two such readings into per-process rates for the interval
+(output/text/live_text.py words them). The readings are plain data (dicts,
+as recordings hold them) or numpy arrays (record's reader: live_arrays.py);
+unit-tested on recorded counts.
 """
 from __future__ import annotations
 
@@ -116,19 +118,22 @@ class IntervalReporter:
         self.rows: list[dict] = []
         self._totals: dict[str, int] = {}
         self._futex_counts: dict = {}
+        self._touches = None                # live_arrays.FutexTouches, where the readings are arrays
         self._bucket_counts: dict = {}
         self._elapsed = 0.0
         self._missed = 0
 
-    def row(self, elapsed: float, futexes: list[dict], counters: dict[str, list[int]],
+    def row(self, elapsed: float, futexes: list[dict] | dict, counters: dict[str, list[int]],
             missed_runs: int, comm_label, comms: dict[int, str],
-            buckets: list[dict] | None = None, events: list[dict] | None = None,
+            buckets: list[dict] | dict | None = None, events: list[dict] | None = None,
             infer_prctl: bool = False, at_attach: HashAtAttach | None = None) -> Interval:
         """The interval ending at `elapsed`; `comms` gets the new processes' names (comm_label).
         With `buckets` (the exact counts), each process's lookups, hash and buckets
         come from them, and only its futex count from the bounded per-futex list;
         with `events`, each process's installed and pending hash and the
-        resizes so far (allocations the timeline tells, from the hash at attach)."""
+        resizes so far (allocations the timeline tells, from the hash at attach).
+        `futexes` and `buckets` are dicts (recorded data) or both numpy arrays
+        (ArrayReader.interval_arrays's)."""
         c = {k: sum(v) for k, v in counters.items()}
         prev = self._totals or {k: 0 for k in c}
         delta = {k: c[k] - prev.get(k, 0) for k in c}
@@ -141,18 +146,10 @@ class IntervalReporter:
                "lookups": delta["PRIVATE"] + delta["GLOBAL"], "private": delta["PRIVATE"],
                "global": delta["GLOBAL"], "unattributed": delta["UNATTRIBUTED"],
                "lost_events": delta["LOST_EVENTS"], "missed_runs": missed, "resizes": 0}
-        counts = futex_counts(futexes)
-        for pid in ({k[0] for k in counts} | {b["tgid"] for b in buckets or []}) - set(comms):
-            comms[pid] = comm_label(pid)
-        row["processes"] = processes(self._futex_counts, counts, span, comms)
-        self._futex_counts = counts
-        if buckets is not None:
-            bcounts = bucket_counts(buckets)
-            listed = {r["pid"]: r["futexes"] for r in row["processes"]}
-            row["processes"] = processes(self._bucket_counts, bcounts, span, comms)
-            for r in row["processes"]:
-                r["futexes"] = listed.get(r["pid"], 0)
-            self._bucket_counts = bcounts
+        if isinstance(futexes, dict):
+            row["processes"] = self._processes_of_arrays(futexes, buckets, span, comm_label, comms)
+        else:
+            row["processes"] = self._processes_of_dicts(futexes, buckets, span, comm_label, comms)
         if events is not None:
             tl = {**build_timeline(events, {}, infer_prctl=infer_prctl, at_attach=at_attach),
                   "duration_s": elapsed}
@@ -160,6 +157,39 @@ class IntervalReporter:
             with_hash_state(row["processes"], tl)
         self.rows.append(row)
         return row
+
+    def _processes_of_dicts(self, futexes: list[dict], buckets: list[dict] | None, span: float,
+                            comm_label, comms: dict[int, str]) -> list[IntervalProcess]:
+        counts = futex_counts(futexes)
+        for pid in ({k[0] for k in counts} | {b["tgid"] for b in buckets or []}) - set(comms):
+            comms[pid] = comm_label(pid)
+        rows = processes(self._futex_counts, counts, span, comms)
+        self._futex_counts = counts
+        if buckets is None:
+            return rows
+        listed = {r["pid"]: r["futexes"] for r in rows}
+        bcounts = bucket_counts(buckets)
+        rows = processes(self._bucket_counts, bcounts, span, comms)
+        for r in rows:
+            r["futexes"] = listed.get(r["pid"], 0)
+        self._bucket_counts = bcounts
+        return rows
+
+    def _processes_of_arrays(self, futexes: dict, buckets: dict, span: float,
+                             comm_label, comms: dict[int, str]) -> list[IntervalProcess]:
+        """The same from numpy arrays (maparrays.ArrayReader.interval_arrays,
+        what record reads): the per-futex list never becomes a dict per futex."""
+        from futextrace.record.live_arrays import FutexTouches, bucket_counts_of
+        self._touches = self._touches or FutexTouches()
+        listed = self._touches.update(futexes)
+        bcounts = bucket_counts_of(buckets)
+        for pid in ({k[0] for k in bcounts} | set(listed)) - set(comms):
+            comms[pid] = comm_label(pid)
+        rows = processes(self._bucket_counts, bcounts, span, comms)
+        for r in rows:
+            r["futexes"] = listed.get(r["pid"], 0)
+        self._bucket_counts = bcounts
+        return rows
 
     def show(self, row: dict) -> None:
         """Print the interval; the outputs are output/'s (the command gives
