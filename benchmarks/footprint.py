@@ -8,7 +8,8 @@ there), "workload" (the built-in futexbench running, 2 threads, 4096
 futexes, as `futextrace bench` runs it: on a 2-CPU host it keeps both CPUs in
 use), and "busy" (the workload and a bounded busy loop per CPU), it measures:
 
-  record   `futextrace record -p WORKLOAD -d N`: time from the command's start
+  record   `futextrace record -p WORKLOAD -d N` (and once with -i 1, a row
+           a second read from the maps): time from the command's start
            to "Tracing ..." on its stderr (printed once attached), max RSS
            (the child's rusage, ru_maxrss), RSS at steady state, and whether
            libLLVM/libclang are mapped then (/proc/PID/maps) with how much of
@@ -162,14 +163,15 @@ def futextrace_cmd(*args: str) -> list[str]:
 
 # --- one measurement each ---------------------------------------------------------
 
-def measure_record(pid: int, duration: float) -> dict:
+def measure_record(pid: int, duration: float, *more: str) -> dict:
     t0 = time.monotonic()
-    p = subprocess.Popen(futextrace_cmd("record", "-p", str(pid), "-d", f"{duration:g}"),
+    p = subprocess.Popen(futextrace_cmd("record", "-p", str(pid), "-d", f"{duration:g}", *more),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         attached = wait_line(p.stderr, "Tracing", 120)
         attach_s = None if attached is None else time.monotonic() - t0
-        time.sleep(min(1.0, duration / 2))             # steady state: attached, polling
+        # Steady state: attached and polling; with -i, after several rows.
+        time.sleep(duration - 1.5 if more else min(1.0, duration / 2))
         steady_rss = status_kib(p.pid, "VmRSS")
         mapped, llvm_mib = llvm_resident(p.pid)
     finally:
@@ -267,6 +269,8 @@ def run_load(load: str, a, bench: str, have: dict) -> list[dict]:
             rows.append(describe("futextrace record", load,
                                  [measure_record(workload.pid, a.duration) for _ in range(a.repeat)]))
         if a.only in (None, "futextrace") and not quiet:
+            rows.append(describe("futextrace record -i 1", load,
+                                 [measure_record(workload.pid, max(a.duration, 6), "-i", "1")]))
             port = free_port()
             serve = futextrace_cmd("serve", "--listen", f"127.0.0.1:{port}", "-p", str(workload.pid))
             rows.append(describe(f"futextrace serve -p ({a.scrapes} scrapes)", load,
