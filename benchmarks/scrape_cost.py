@@ -29,7 +29,10 @@ more than SCRAPE_GAP / COST_FACTOR of CPU (a full map under QEMU/TCG: 0.2-2 s)
 most scrapes are then such cached answers. --read-each-scrape lifts the floor
 for this process's collector (COST_FACTOR 0, no minimum interval), so each
 measured scrape reads the maps: the cost of a read, not of the exporter's
-schedule. The exporter itself is unchanged.
+schedule. The exporter itself is unchanged. --pause-load stops the
+workload (SIGSTOP) for each scrape: under single-threaded TCG every busy
+vCPU's clock runs while another is emulated, so the workload's busy
+threads count in the read's thread CPU time there (3-7x in a 2-CPU guest).
 
 --serve also runs `futextrace serve` as a process and measures it the way
 footprint.py does (utime+stime over the scrapes, less its idle rate), for
@@ -38,6 +41,7 @@ comparison with the figure of the issue.
     sudo .venv/bin/python benchmarks/scrape_cost.py
     sudo .venv/bin/python benchmarks/scrape_cost.py --scrapes 10 --loads full --serve
     sudo .venv/bin/python benchmarks/scrape_cost.py --scrapes 6 --read-each-scrape
+    sudo .venv/bin/python benchmarks/scrape_cost.py --scrapes 6 --read-each-scrape --pause-load
 
 Not a test: it prints figures. Needs root and cc. In a guest:
 tests/vm/guestrun.py 7.3-32cpu -- .venv/bin/python benchmarks/scrape_cost.py --read-each-scrape
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -61,7 +66,7 @@ LOADS = {"1024": ["-t", "2", "-f", "1024"], "full": ["-t", "2", "-f", "65536", "
 
 
 def in_process(bench: str, load: str, scrapes: int, method: str, settle: float,
-               read_each: bool = False) -> dict:
+               read_each: bool = False, pause_load: bool = False) -> dict:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from futextrace.export import collector as collector_mod
@@ -88,9 +93,13 @@ def in_process(bench: str, load: str, scrapes: int, method: str, settle: float,
         cpu, nbytes, sizes, read = [], [], [], []
         for k in range(scrapes + 1):
             reads0 = collector.stats["reads"]
+            if pause_load:
+                wl.send_signal(signal.SIGSTOP)
             t0 = time.thread_time()
             page = generate_latest(registry)
             used = time.thread_time() - t0
+            if pause_load:
+                wl.send_signal(signal.SIGCONT)
             if k:
                 cpu.append(used * 1000)
                 nbytes.append(collector.stats.get("bytes_read", {}))   # a cached answer: its read's
@@ -144,6 +153,8 @@ def main() -> int:
     ap.add_argument("--serve", action="store_true", help="also measure `futextrace serve` as a process")
     ap.add_argument("--read-each-scrape", action="store_true",
                     help="no floor in this process's collector: every measured scrape reads the maps")
+    ap.add_argument("--pause-load", action="store_true",
+                    help="stop the workload (SIGSTOP) during each scrape: no busy threads beside the read")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("scrape_cost.py: needs root")
@@ -151,10 +162,11 @@ def main() -> int:
     bench = str(workload_path())
     print(f"# {os.cpu_count()} CPUs, kernel {os.uname().release}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
-          + ("each scrape a read (no floor)" if a.read_each_scrape else "the collector's floor as serve's"),
+          + ("each scrape a read (no floor)" if a.read_each_scrape else "the collector's floor as serve's")
+          + (", the workload stopped during each scrape" if a.pause_load else ""),
           flush=True)
     for load in a.loads.split(","):
-        r = in_process(bench, load, a.scrapes, a.method, a.settle, a.read_each_scrape)
+        r = in_process(bench, load, a.scrapes, a.method, a.settle, a.read_each_scrape, a.pause_load)
         ways = sorted({via for b in r["bytes"] for via in b})
         print(f"{load}: CPU per scrape {spread(r['cpu_ms'], '{:.1f}')} ms, bytes read per scrape "
               + ", ".join(f"{via} {spread([b.get(via, 0) for b in r['bytes']], '{:.0f}')}" for via in ways)
