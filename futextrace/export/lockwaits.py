@@ -15,19 +15,27 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily
 
-from futextrace.analysis.lockwaits import CAUSES, WaitBook
+from futextrace.analysis.lockwaits import CAUSES
 from futextrace.export.series import OTHER
+from futextrace.export.waitarrays import ArrayWaitBook, columns_of
 
 
 class LockWaitSeries:
-    """The exporter's wait counters per label and cause, from one cumulative WaitBook."""
+    """The exporter's wait counters per label and cause, from one cumulative
+    wait book (WaitBook's rules on numpy columns: waitarrays.py)."""
 
     def __init__(self):
-        self.book = WaitBook()
+        self.book = ArrayWaitBook()
         self.own: dict[int, dict[str, list[int]]] = {}  # tgid -> cause -> [waits, ns]
         self.other = {c: [0, 0] for c in CAUSES}
 
-    def update(self, rows: list[dict], labelled: set[int]) -> None:
+    def update(self, rows: list[dict] | dict, labelled: set[int]) -> None:
+        """`rows`: the changed lock_waits rows, as columns (ArrayReader.lock_wait_columns)
+        or dicts (lockwaits.read_waits)."""
+        if isinstance(rows, list):
+            if not rows:
+                return
+            rows = columns_of(rows)
         for bucket, (w, ns, cause) in self.book.feed(rows).items():
             tgid = bucket[0]
             into = (self.own.setdefault(tgid, {c: [0, 0] for c in CAUSES}) if tgid in labelled
@@ -61,10 +69,10 @@ class LockWaitSeries:
         return [waits, secs]
 
 
-def read_rows(recorder) -> list[dict]:
-    """The lock_waits rows the recorder's map reader gives ([] where not attached,
-    or for a recorder that reads no map)."""
-    rows = getattr(recorder, "lock_wait_rows", None)
+def read_rows(recorder) -> list[dict] | dict:
+    """The lock_waits rows the recorder's map reader gives, as columns where it
+    can ([] where not attached, or for a recorder that reads no map)."""
+    rows = getattr(recorder, "lock_wait_columns", None) or getattr(recorder, "lock_wait_rows", None)
     return rows() if rows is not None else []
 
 

@@ -78,6 +78,10 @@ class ServeRecorder:
         if self.reader is not None:
             self.reader.release_buffers()
 
+    def lock_wait_columns(self) -> dict | list[dict]:
+        """The changed lock_waits rows as columns ([] where not attached)."""
+        return self.reader.lock_wait_columns() if self.reader is not None else []
+
     def lock_wait_rows(self) -> list[dict]:
         """The lock_waits map's rows ([] where not attached)."""
         return self.reader.lock_wait_rows() if self.reader is not None else []

@@ -42,12 +42,22 @@ class ArrayReader(MapReader):
         self._waits_order: tuple[bytes, np.ndarray] | None = None   # its keys' bytes then, and their sort order
 
     def lock_wait_rows(self) -> list[dict]:
-        """The lock_waits rows (lockwaits.read_waits's) whose waits or wait time
-        changed since the last call, in the map's order ([] where the lock
-        tracepoints are not attached): the exporter's WaitBook would skip the
-        others, their high-water marks holding them already. Read in one batch
-        and compared with numpy: a contended workload keeps 16,000 entries in
-        the map and changes thousands of them a second."""
+        """lock_wait_columns's rows as dicts (lockwaits.read_waits's form)."""
+        cols = self.lock_wait_columns()
+        if isinstance(cols, list):
+            return cols
+        names = ("tgid", "hash_mask", "bucket", "uaddr", "waits", "wait_ns", "max_ns")
+        return [dict(zip(names, row)) for row in zip(*(cols[f].tolist() for f in names))]
+
+    def lock_wait_columns(self) -> dict[str, np.ndarray] | list[dict]:
+        """The lock_waits rows whose waits or wait time changed since the last
+        call, as columns (tgid, hash_mask, bucket, uaddr, waits, wait_ns,
+        max_ns) in the map's order ([] where the lock tracepoints are not
+        attached; read_waits's dicts where the kernel has no batch lookup): a
+        WaitBook would skip the others, their high-water marks holding them
+        already. Read in one batch and compared with numpy: a contended
+        workload keeps 16,000 entries in the map and changes thousands of them
+        a second."""
         if not lockwaits.attached(self.program):
             return []
         table = self.program.bpf["lock_waits"]
@@ -81,10 +91,8 @@ class ArrayReader(MapReader):
             self._waits_order = (raw[0], order)
         pick = np.flatnonzero(~same & (waits > 0))
         k = keys[pick]
-        return [{"tgid": t, "hash_mask": m, "bucket": b, "uaddr": u, "waits": w, "wait_ns": x, "max_ns": y}
-                for t, m, b, u, w, x, y in zip(k["tgid"].tolist(), k["hash_mask"].tolist(), k["bucket"].tolist(),
-                                               k["uaddr"].tolist(), waits[pick].tolist(), ns[pick].tolist(),
-                                               stats["max_ns"][pick].max(axis=1).tolist())]
+        return {"tgid": k["tgid"], "hash_mask": k["hash_mask"], "bucket": k["bucket"], "uaddr": k["uaddr"],
+                "waits": waits[pick], "wait_ns": ns[pick], "max_ns": stats["max_ns"][pick].max(axis=1)}
 
     def _unchanged_waits(self, whole: np.ndarray, waits: np.ndarray, ns: np.ndarray) -> np.ndarray:
         """Which entries the last read had with the same waits and wait time."""
