@@ -3,8 +3,8 @@
 prometheus-node-exporter (issue 44): memory, start-up time, CPU per scrape.
 
 In one run, under three loads: "quiet" (an idle host: the traced process is a
-`sleep`, nothing else runs; starts only, the exporters are not measured
-there), "workload" (the built-in futexbench running, 2 threads, 4096
+`sleep`, nothing else runs; starts only: the exporters' with 3 scrapes, not
+compared), "workload" (the built-in futexbench running, 2 threads, 4096
 futexes, as `futextrace bench` runs it: on a 2-CPU host it keeps both CPUs in
 use), and "busy" (the workload and a bounded busy loop per CPU), it measures:
 
@@ -258,7 +258,7 @@ def describe(tool: str, load: str, runs: list[dict]) -> dict:
 def run_load(load: str, a, bench: str, have: dict) -> list[dict]:
     rows = []
     # quiet: the traced process sleeps and nothing else runs, the idle host of the
-    # start-up target; the exporters are measured under the workload only.
+    # start-up target; there the exporters' starts only (a few scrapes of nothing).
     quiet = load == "quiet"
     workload = subprocess.Popen(["sleep", "3600"] if quiet else [bench, "-t", "2", "-f", "4096", "-r", "3600"],
                                 stdout=subprocess.DEVNULL)
@@ -268,6 +268,12 @@ def run_load(load: str, a, bench: str, have: dict) -> list[dict]:
         if a.only in (None, "futextrace"):
             rows.append(describe("futextrace record", load,
                                  [measure_record(workload.pid, a.duration) for _ in range(a.repeat)]))
+        if a.only in (None, "futextrace") and quiet:
+            for pids, name in ((["-p", str(workload.pid)], "serve -p"), ([], "serve, all processes")):
+                port = free_port()
+                serve = futextrace_cmd("serve", "--listen", f"127.0.0.1:{port}", *pids)
+                rows.append(describe(f"futextrace {name} (start only)", load,
+                                     [measure_exporter(serve, port, "serving", 3, 2) for _ in range(a.repeat)]))
         if a.only in (None, "futextrace") and not quiet:
             rows.append(describe("futextrace record -i 1", load,
                                  [measure_record(workload.pid, max(a.duration, 6), "-i", "1")]))
