@@ -36,6 +36,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("futextrace.record.live", "futextrace.record.live_arrays"): "numpy: the -i rows, once attached",
     ("futextrace.record.recorder", "futextrace.naming.recorded"): "elftools: the naming, after the run",
     ("futextrace.naming.capture", "futextrace.naming.elfsyms"): "elftools: build ids, at the first maps read",
+    # serve says "serving" once attached; its map reader and numpy come with the first scrape.
+    ("futextrace.export.serve_recorder", "futextrace.export.summary"): "numpy: the first scrape's read",
+    ("futextrace.export.serve_recorder", "futextrace.loading.maparrays"): "numpy: the first scrape's read",
+    ("futextrace.export.lockwaits", "futextrace.export.waitarrays"): "numpy: the first scrape's read",
 }
 
 

@@ -17,7 +17,6 @@ from prometheus_client.core import CounterMetricFamily
 
 from futextrace.analysis.lockwaits import CAUSES
 from futextrace.export.series import OTHER
-from futextrace.export.waitarrays import ArrayWaitBook, columns_of
 
 
 class LockWaitSeries:
@@ -25,17 +24,19 @@ class LockWaitSeries:
     wait book (WaitBook's rules on numpy columns: waitarrays.py)."""
 
     def __init__(self):
-        self.book = ArrayWaitBook()
+        self.book = None   # waitarrays.ArrayWaitBook, made at the first rows (numpy with it)
         self.own: dict[int, dict[str, list[int]]] = {}  # tgid -> cause -> [waits, ns]
         self.other = {c: [0, 0] for c in CAUSES}
 
     def update(self, rows: list[dict] | dict, labelled: set[int]) -> None:
         """`rows`: the changed lock_waits rows, as columns (ArrayReader.lock_wait_columns)
         or dicts (lockwaits.read_waits)."""
+        if isinstance(rows, list) and not rows:
+            return
+        from futextrace.export.waitarrays import ArrayWaitBook, columns_of
         if isinstance(rows, list):
-            if not rows:
-                return
             rows = columns_of(rows)
+        self.book = self.book or ArrayWaitBook()
         for bucket, (w, ns, cause) in self.book.feed(rows).items():
             tgid = bucket[0]
             into = (self.own.setdefault(tgid, {c: [0, 0] for c in CAUSES}) if tgid in labelled
@@ -47,7 +48,8 @@ class LockWaitSeries:
         """Processes the exporter forgot: their series and high-water marks go."""
         for t in tgids:
             self.own.pop(t, None)
-        self.book.forget(tgids)
+        if self.book is not None:
+            self.book.forget(tgids)
 
     def families(self, labelled: set[int], comm_label) -> list:
         waits = CounterMetricFamily(

@@ -8,17 +8,19 @@ the exporter serves.
 from __future__ import annotations
 
 import threading
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from futextrace import __version__
 from futextrace.analysis.timeline import build_timeline
-from futextrace.export import summary
-from futextrace.loading.maparrays import ArrayReader
 from futextrace.procs import targets
 from futextrace.record.aggregate import refcount_of, totals_of
 from futextrace.record.assemble import kernel_facts, method_facts
 from futextrace.record.session import TraceSession
+
+# The map reader and its numpy (0.06-0.12 s to import) come with the first read,
+# not before "serving": the exporter is ready once attached (issue 44).
+if TYPE_CHECKING:
+    from futextrace.loading.maparrays import ArrayReader
 
 
 class ServeRecorder:
@@ -40,9 +42,9 @@ class ServeRecorder:
 
     def __init__(self, opts, model=None):
         self.session = TraceSession(opts, model, history_lock=threading.Lock(), max_thread_events=0)
-        self.reader: ArrayReader | None = None
+        self.reader: ArrayReader | None = None   # made at the first read (open_reader)
         self.forgotten: set[int] = set()
-        self.sort_hints = summary.SortHints()   # the last read's sort orders: the next read's rows come nearly sorted
+        self.sort_hints = None   # summary.SortHints: the last read's sort orders, the next read's rows come nearly sorted
 
     @property
     def method(self) -> str:
@@ -50,7 +52,15 @@ class ServeRecorder:
 
     def start(self) -> None:
         self.session.start()
-        self.reader = ArrayReader(self.session.program)
+
+    def open_reader(self) -> ArrayReader:
+        """The map reader, made at the first read (its numpy imported then)."""
+        if self.reader is None:
+            from futextrace.export import summary
+            from futextrace.loading.maparrays import ArrayReader
+            self.reader = ArrayReader(self.session.program)
+            self.sort_hints = summary.SortHints()
+        return self.reader
 
     def run(self) -> float:
         return self.session.run()
@@ -92,7 +102,10 @@ class ServeRecorder:
 
     def recording(self, duration: float) -> dict:
         """The fields of a recording that reading.from_recording uses."""
-        reader, session = self.reader, self.session
+        import numpy as np
+
+        from futextrace.export import summary
+        reader, session = self.open_reader(), self.session
         f = reader.futex_list(self.forgotten)   # first: it reads the map's share of the counts
         b = summary.bucket_counts(reader.bucket_columns(self.forgotten))
         private, atomic, global_ = summary.lookups_by_kind(b)
