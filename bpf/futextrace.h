@@ -39,16 +39,13 @@ enum ft_counter {
 	                       * where it goes when the VMA has none (futex_mpol() gives
 	                       * no node); with a policy the kernel uses its node's table */
 	FTC_FUTEXES_FULL,     /* per CPU, a flag: an insert into `futexes` failed (map
-	                       * full, or FTC_NO_MEMORY), so this CPU attempts no more: per-futex detail
+	                       * full), so this CPU attempts no more: per-futex detail
 	                       * stops growing, the bucket counts stay exact */
 	FTC_BUCKETS_FULL,     /* per CPU, a flag: the same for `buckets` (its later new
 	                       * buckets are counted as unattributed) */
 	FTC_CALL_SITES,       /* call sites stored by this CPU (bpf/call_sites.h): its budget used */
 	FTC_CALL_SITES_OVER,  /* call sites not taken: this CPU's budget was spent */
 	FTC_CALL_SITES_LOST,  /* call sites not stored: no user stack, or `call_sites` full */
-	FTC_NO_MEMORY,        /* inserts into `futexes` or `buckets` the kernel had no memory
-	                       * for (-ENOMEM; the maps are not preallocated): handled as a
-	                       * full map, counted apart so the report can say which */
 	FTC_NR,
 };
 

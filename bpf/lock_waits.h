@@ -18,8 +18,7 @@
  * without CONFIG_KALLSYMS_ALL; and whose futex the holder was using.
  */
 
-/* Not preallocated, like futexes and buckets (maps.h): rows are inserted once. */
-BPF_F_TABLE("percpu_hash", struct lock_wait_key, struct lock_wait_stat, lock_waits, LOCK_WAITS_MAX, BPF_F_NO_PREALLOC);
+BPF_PERCPU_HASH(lock_waits, struct lock_wait_key, struct lock_wait_stat, LOCK_WAITS_MAX);
 BPF_PERCPU_ARRAY(lock_counters, u64, FTL_NR);
 /* The bucket-lock wait in progress on this CPU (lock 0: none). */
 struct lock_inflight { u64 lock; u64 ts; struct lock_wait_key key; };

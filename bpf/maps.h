@@ -14,17 +14,9 @@
  */
 #include "futextrace.h"
 
-/* The counts: the per-futex list, the exact per-bucket counts, per-CPU counters.
- * The two per-CPU hashes are not preallocated: preallocating 65,536 entries
- * with a value per CPU each took the kernel 90-130 ms at every start (one
- * per-CPU allocation per entry), while an entry is inserted once per futex
- * or bucket and then updated in place, so the hot path does not see the
- * difference (benchmarks/ab_variants.py --bpf-ns: within +-2 ns). An insert
- * the kernel cannot allocate for fails like one into a full map: counted,
- * the list reported as bounds (tiers.h), and counted apart (FTC_NO_MEMORY). */
-#define FT_ENOMEM 12
-BPF_F_TABLE("percpu_hash", struct futex_stat_key, struct futex_stat, futexes, MAX_FUTEXES, BPF_F_NO_PREALLOC);
-BPF_F_TABLE("percpu_hash", struct bucket_key, struct bucket_stat, buckets, MAX_BUCKETS, BPF_F_NO_PREALLOC);
+/* The counts: the per-futex list, the exact per-bucket counts, per-CPU counters. */
+BPF_PERCPU_HASH(futexes, struct futex_stat_key, struct futex_stat, MAX_FUTEXES);
+BPF_PERCPU_HASH(buckets, struct bucket_key, struct bucket_stat, MAX_BUCKETS);
 BPF_PERCPU_ARRAY(counters, u64, FTC_NR);
 #define BPF_F_MMAPABLE_ (1U << 10)   /* for the arrays user space memory-maps */
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);

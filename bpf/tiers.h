@@ -60,11 +60,8 @@ static __always_inline void add_to_buckets(struct bucket_key *key, struct bucket
 		return;
 	}
 	if (!flag_set(FTC_BUCKETS_FULL)) {
-		long err = buckets.insert(&bk, &v);
-		if (!err)
+		if (!buckets.insert(&bk, &v))
 			return;
-		if (err == -FT_ENOMEM)
-			count(FTC_NO_MEMORY);
 		bs = buckets.lookup(&bk);   /* lost a race to another CPU's insert? */
 		if (bs) {
 			add_bucket_stat(bs, &v);
@@ -103,14 +100,10 @@ static __always_inline int flush_to_futexes(struct cache_slot *cs, int may_inser
 	struct futex_stat *st = futexes.lookup(&cs->key);
 	if (!st && !may_insert)
 		return 0;
-	if (!st) {
-		long err = futexes.insert(&cs->key, &cs->st);
-		if (!err)
-			return 1;
-		if (err == -FT_ENOMEM)
-			count(FTC_NO_MEMORY);
+	if (!st && futexes.insert(&cs->key, &cs->st) == 0)
+		return 1;
+	if (!st)
 		st = futexes.lookup(&cs->key);   /* lost a race to another insert? */
-	}
 	if (st) {
 		/* An insert fills only the inserting CPU's copy and zeroes the
 		 * others: a futex flushed here first since then (its thread

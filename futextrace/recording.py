@@ -90,7 +90,7 @@ class FutexList(TypedDict, total=False):
 Totals = TypedDict("Totals", {
     "lookups": int, "lookups_per_s": float, "private": int, "global": int,
     "unattributed": int, "unattributed_causes": UnattributedCauses,
-    "mpol_assumed_no_policy": int, "lost_events": int, "read_faults": int, "no_memory_inserts": int,
+    "mpol_assumed_no_policy": int, "lost_events": int, "read_faults": int,
     "kernel_mismatch": int, "missed_runs": int, "futex_list": FutexList,
     "thread_events_dropped": int,
 }, total=False)

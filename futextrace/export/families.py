@@ -94,8 +94,6 @@ def _kernel_counters(reading: Reading, hw: HighWater):
              "missed_runs": "Runs of the tracer's programs the kernel skipped (their lookups are "
                             "not counted)",
              "read_faults": "Failed memory reads in the BPF program",
-             "no_memory_inserts": "New futexes or buckets map entries the kernel had no memory for "
-                                  "(the maps are not preallocated): handled as a full map",
              "kernel_mismatch_lookups": "Lookups whose computed bucket differed from the kernel's"}
     for name, help_ in helps.items():
         out.append(CounterMetricFamily(f"futextrace_{name}", help_,

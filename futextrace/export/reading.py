@@ -16,7 +16,7 @@ from futextrace.recording import HashSummary, Process, Recording, ResizeCost
 # Totals fields exported as counters, with their metric name suffix.
 TOTAL_COUNTERS = {"unattributed": "unattributed_lookups", "lost_events": "lost_events",
                   "missed_runs": "missed_runs", "read_faults": "read_faults",
-                  "kernel_mismatch": "kernel_mismatch_lookups", "no_memory_inserts": "no_memory_inserts"}
+                  "kernel_mismatch": "kernel_mismatch_lookups"}
 
 
 @dataclass

@@ -69,7 +69,7 @@ MAX_BUCKETS = 65536
 
 def default_max_futexes(ncpus: int | None = None) -> int:
     """Entries of the per-CPU `futexes` map: 65536, fewer on big machines so the
-    map (a 32-byte value per CPU per entry, allocated as futexes appear) stays within
+    map (a 32-byte value per CPU per entry, preallocated) stays within
     FUTEXES_BUDGET. A power of two, at least 4096."""
     ncpus = ncpus or os.cpu_count() or 1
     fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool

@@ -335,7 +335,6 @@ def totals_of(counters: dict[str, int], raw: dict, duration_s: float) -> Totals:
         "mpol_assumed_no_policy": counters.get("MPOL_ASSUMED", 0),
         "lost_events": counters.get("LOST_EVENTS", 0),
         "read_faults": counters.get("READ_FAULTS", 0),
-        "no_memory_inserts": counters.get("NO_MEMORY", 0),
         "kernel_mismatch": counters.get("KERNEL_MISMATCH", 0),
         "missed_runs": raw.get("missed_runs", 0),
     }

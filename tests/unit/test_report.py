@@ -99,18 +99,6 @@ def test_text_names_each_unattributed_cause():
     assert "5 FUTEX2_MPOL lookups counted as if their memory had no NUMA policy" in text
 
 
-def test_inserts_refused_for_want_of_memory_are_said_apart():
-    """The maps are not preallocated: an insert the kernel had no memory for
-    (FTC_NO_MEMORY) reaches the totals and the text, apart from a full map."""
-    from futextrace.record.aggregate import totals_of
-    totals = totals_of({"PRIVATE": 10, "UNATTRIBUTED": 2, "NO_MEMORY": 6}, {}, 1.0)
-    assert totals["no_memory_inserts"] == 6
-    rec = json.loads(SAMPLES[0].read_text())
-    assert "want of kernel memory" not in render_text(rec)
-    rec["totals"]["no_memory_inserts"] = 6
-    assert "6 new futex or bucket entries refused for want of kernel memory" in render_text(rec)
-
-
 def test_cli_bad_file_one_line_exit_5(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text('{"hello": 1}')

@@ -56,7 +56,7 @@ def lockwait_lines(c: Contention | None, top: int = 5, names: dict[int, dict] | 
                   f"{_ms(bc['same_futex']['wait_ns'])}"
                   + (f", futex unknown {bc['unknown']['waits']:,}" if bc["unknown"]["waits"] else "")]
     if c.get("waits_lost"):
-        out.append(f"  {c['waits_lost']:,} waits not stored (lock_waits map full or out of memory)")
+        out.append(f"  {c['waits_lost']:,} waits not stored (lock_waits map full)")
     for p in c["processes"]:
         pc = p["by_cause"]
         out.append(f"  PID {p['pid']} ({p['comm'] or '?'}): {count_noun(p['waits'], 'wait')}, {_ms(p['wait_ns'])} "

@@ -299,9 +299,6 @@ def render_text(rec: Recording, verbose: bool = False) -> str:
                    f"preemptible): any lookups of {those} are not counted")
     if t.get("read_faults"):
         out.append(f"  {t['read_faults']} kernel/user reads failed")
-    if t.get("no_memory_inserts"):
-        out.append(f"  {t['no_memory_inserts']} new futex or bucket entries refused for want of kernel "
-                   "memory (the maps are not preallocated): counted like a full map's above")
     if t.get("kernel_mismatch"):
         out.append(f"  {t['kernel_mismatch']} lookups where the computed bucket differed from the kernel's")
     shown, folded = fold_processes(rec)
