@@ -74,7 +74,7 @@ class LockWaitSeries:
 def read_rows(recorder) -> list[dict] | dict:
     """The lock_waits rows the recorder's map reader gives, as columns where it
     can ([] where not attached, or for a recorder that reads no map)."""
-    rows = getattr(recorder, "lock_wait_columns", None) or getattr(recorder, "lock_wait_rows", None)
+    rows = getattr(recorder, "lock_wait_columns", None)
     return rows() if rows is not None else []
 
 

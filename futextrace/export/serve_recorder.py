@@ -92,10 +92,6 @@ class ServeRecorder:
         """The changed lock_waits rows as columns ([] where not attached)."""
         return self.reader.lock_wait_columns() if self.reader is not None else []
 
-    def lock_wait_rows(self) -> list[dict]:
-        """The lock_waits map's rows ([] where not attached)."""
-        return self.reader.lock_wait_rows() if self.reader is not None else []
-
     def forget_lock_waits(self, tgids: set[int]) -> None:
         if self.reader is not None:
             self.reader.delete_lock_waits(tgids)

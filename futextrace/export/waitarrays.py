@@ -1,9 +1,10 @@
 """analysis.lockwaits.WaitBook's arithmetic on numpy columns, for the exporter.
 
-A contended workload changes thousands of lock_waits rows a second; fed one
-dict at a time, the WaitBook took half of a 1,024-futex workload's scrape
-(~5 of ~11 ms). Here the high-water marks are sorted arrays and a read's
-rows are matched against them in one searchsorted. The rules are the
+A contended workload changes thousands of lock_waits rows a second; turned
+into dicts and fed one at a time, the WaitBook took about a third of a
+1,024-futex workload's scrape (3 of 11 ms, and the dicts). Here the
+high-water marks are sorted arrays and a read's rows are matched against
+them in one searchsorted. The rules are the
 WaitBook's: a row counts only where its waits or wait time grew past its
 mark, a bucket's cause is cause_of over the futexes that have waited on it,
 and nothing is counted twice. tests/unit/test_waitarrays.py feeds both the
@@ -14,20 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from futextrace.analysis.lockwaits import cause_of
+from futextrace.loading.sortkeys import byte_keys, layout
 
-# Big-endian and packed, so that their bytes sort as the numbers do: matched and
-# sorted as opaque byte strings (np.void), which numpy compares with memcmp,
-# many times faster than field by field.
-KEY = np.dtype([("tgid", ">u4"), ("hash_mask", ">u4"), ("bucket", ">u4"), ("uaddr", ">u8")])
-BUCKET = np.dtype([("tgid", ">u4"), ("hash_mask", ">u4"), ("bucket", ">u4")])
-
-
-def _keys(cols: dict[str, np.ndarray], dtype: np.dtype) -> np.ndarray:
-    """The columns' rows as byte strings of `dtype`'s layout."""
-    out = np.zeros(len(cols["tgid"]), dtype=dtype)
-    for f in dtype.names:
-        out[f] = cols[f]
-    return out.view(np.dtype((np.void, dtype.itemsize)))
+# Sortable byte strings (loading/sortkeys.py): a mark's key, and its bucket's.
+KEY = layout(("tgid", ">u4"), ("hash_mask", ">u4"), ("bucket", ">u4"), ("uaddr", ">u8"))
+BUCKET = layout(("tgid", ">u4"), ("hash_mask", ">u4"), ("bucket", ">u4"))
 
 
 class ArrayWaitBook:
@@ -35,7 +27,7 @@ class ArrayWaitBook:
     bucket, uaddr) that has waited, sorted by it."""
 
     def __init__(self):
-        self.keys = _keys({f: np.zeros(0, dtype=np.uint64) for f in KEY.names}, KEY)
+        self.keys = byte_keys({f: np.zeros(0, dtype=np.uint64) for f in KEY.names}, KEY)
         self.waits = np.zeros(0, dtype=np.uint64)
         self.ns = np.zeros(0, dtype=np.uint64)
 
@@ -43,7 +35,7 @@ class ArrayWaitBook:
         """(tgid, mask, bucket) -> (new waits, new wait ns, cause), buckets that
         waited only: WaitBook.feed's answer. `rows`: columns tgid, hash_mask,
         bucket, uaddr, waits, wait_ns of one read (a map's keys: each once)."""
-        keys = _keys(rows, KEY)
+        keys = byte_keys(rows, KEY)
         waits, ns = rows["waits"].astype(np.uint64), rows["wait_ns"].astype(np.uint64)
         at = np.searchsorted(self.keys, keys)
         found = at < len(self.keys)
@@ -71,13 +63,13 @@ class ArrayWaitBook:
         """The grown rows' deltas added up per bucket, with each bucket's cause
         from every futex its marks hold."""
         fields = keys.view(KEY)
-        buckets = _keys({f: fields[f] for f in BUCKET.names}, BUCKET)
+        buckets = byte_keys({f: fields[f] for f in BUCKET.names}, BUCKET)
         order = np.argsort(buckets, kind="stable")
         buckets, dw, dn = buckets[order], dw[order], dn[order]
         starts = np.flatnonzero(np.concatenate([[True], buckets[1:] != buckets[:-1]]))
         sum_w, sum_n = np.add.reduceat(dw, starts), np.add.reduceat(dn, starts)
         mine = self.keys.view(KEY)
-        marks = _keys({f: mine[f] for f in BUCKET.names}, BUCKET)
+        marks = byte_keys({f: mine[f] for f in BUCKET.names}, BUCKET)
         lo = np.searchsorted(marks, buckets[starts], side="left")
         hi = np.searchsorted(marks, buckets[starts], side="right")
         out = {}

@@ -212,11 +212,8 @@ class ArrayReader(MapReader):
         if batch is None:   # no batch lookups: BCC's walk
             bmap = self._walk_bucket_map(table, forgotten)
         else:
-            kb, vb, n = batch
-            keys = np.frombuffer(kb, dtype=self._dtype("buckets.Key", table.Key), count=n)
-            sd = self._dtype("buckets.sLeaf", table.sLeaf)
-            ncpu = ct.sizeof(table.Leaf) // sd.itemsize
-            stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
+            kb, _, n = batch
+            keys, stats = self._bucket_arrays(table, batch)
             lookups, atomic, unlisted = (stats[f].sum(axis=1, dtype=np.uint64)
                                          for f in ("lookups", "atomic_lookups", "unlisted"))
             gone = np.zeros(n, dtype=bool)
@@ -243,26 +240,16 @@ class ArrayReader(MapReader):
         tiers = [nodebuckets.futex_map_tier(keys, stats), nodebuckets.futex_cache_tier(ck, cs)]
         table = self.program.bpf["buckets"]
         batch = self._batch(table)
-        kd = self._dtype("buckets.Key", table.Key)
         if batch is None:   # no batch lookups: BCC's walk
             items = list(table.items())
             self.bytes_read["syscall"] += len(items) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
-            bkeys = np.frombuffer(b"".join(bytes(k) for k, _ in items), dtype=kd)
+            bkeys = np.frombuffer(b"".join(bytes(k) for k, _ in items), dtype=self._dtype("buckets.Key", table.Key))
             blookups = np.array([sum(v.lookups for v in vals) for _, vals in items], dtype=np.uint64)
         else:
-            kb, vb, n = batch
-            bkeys = np.frombuffer(kb, dtype=kd, count=n)
-            sd = self._dtype("buckets.sLeaf", table.sLeaf)
-            ncpu = ct.sizeof(table.Leaf) // sd.itemsize
-            blookups = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)["lookups"].sum(
-                axis=1, dtype=np.uint64)
-        tiers.append(nodebuckets.bucket_tier(bkeys, blookups))
-        leaf = self._dtype("bucket_cache.Leaf", self.program.bpf["bucket_cache"].Leaf)
-        view = np.frombuffer(self._mapping("bucket_cache"), dtype=leaf)
-        self.bytes_read["mapping"] += view.nbytes
-        slots = view[np.flatnonzero(view["st"]["lookups"])]   # fancy indexing copies
-        del view
-        tiers.append(nodebuckets.bucket_tier(slots["key"], slots["st"]["lookups"]))
+            bkeys, stats = self._bucket_arrays(table, batch)
+            blookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
+        slots = self._bucket_cache_slots()
+        tiers += [nodebuckets.bucket_tier(bkeys, blookups), nodebuckets.bucket_tier(slots["key"], slots["st"]["lookups"])]
         return futexes, nodebuckets.group(tiers)
 
     def interval_counters(self, buckets: dict[str, np.ndarray]) -> dict[str, list[int]]:
@@ -285,14 +272,26 @@ class ArrayReader(MapReader):
             kept.append(bucket_entry(k, vals))
         return np.array(exact.bucket_rows(kept), dtype=np.uint64).reshape(-1, len(exact.BUCKET_FIELDS))
 
-    def _bucket_cache_share(self) -> np.ndarray:
-        """The per-bucket cache's used slots as rows (exact.cache_bucket_rows's),
-        read through its memory mapping."""
+    def _bucket_arrays(self, table, batch) -> tuple[np.ndarray, np.ndarray]:
+        """The `buckets` map's keys and per-CPU stats (n, ncpu) in a batch read."""
+        kb, vb, n = batch
+        keys = np.frombuffer(kb, dtype=self._dtype("buckets.Key", table.Key), count=n)
+        sd = self._dtype("buckets.sLeaf", table.sLeaf)
+        ncpu = ct.sizeof(table.Leaf) // sd.itemsize
+        return keys, np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
+
+    def _bucket_cache_slots(self) -> np.ndarray:
+        """The per-bucket cache's used slots (copies), read through its memory mapping."""
         leaf = self._dtype("bucket_cache.Leaf", self.program.bpf["bucket_cache"].Leaf)
         view = np.frombuffer(self._mapping("bucket_cache"), dtype=leaf)
         self.bytes_read["mapping"] += view.nbytes
         slots = view[np.flatnonzero(view["st"]["lookups"])]   # fancy indexing copies
-        del view
+        del view    # the mapping cannot close while a view exists
+        return slots
+
+    def _bucket_cache_share(self) -> np.ndarray:
+        """The per-bucket cache's used slots as rows (exact.cache_bucket_rows's)."""
+        slots = self._bucket_cache_slots()
         k, st = slots["key"], slots["st"]
         return _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], st["lookups"], st["atomic_lookups"],
                         st["unlisted"])

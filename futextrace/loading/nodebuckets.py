@@ -10,7 +10,8 @@ out, since a metric's bucket needs none. An interval row keys a bucket by
 nodes' CPUs has a bucket in each node's table.
 
 Each tier gives columns TIER_FIELDS; group() adds them up per bucket.
-tests/unit/test_nodebuckets.py checks the sums against exact.bucket_entries.
+tests/unit/test_nodebuckets.py checks the sums against sums made in the test
+from the raw tiers.
 """
 from __future__ import annotations
 

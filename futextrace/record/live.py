@@ -167,13 +167,7 @@ class IntervalReporter:
         self._futex_counts = counts
         if buckets is None:
             return rows
-        listed = {r["pid"]: r["futexes"] for r in rows}
-        bcounts = bucket_counts(buckets)
-        rows = processes(self._bucket_counts, bcounts, span, comms)
-        for r in rows:
-            r["futexes"] = listed.get(r["pid"], 0)
-        self._bucket_counts = bcounts
-        return rows
+        return self._bucket_processes(bucket_counts(buckets), {r["pid"]: r["futexes"] for r in rows}, span, comms)
 
     def _processes_of_arrays(self, futexes: dict, buckets: dict, span: float,
                              comm_label, comms: dict[int, str]) -> list[IntervalProcess]:
@@ -185,6 +179,12 @@ class IntervalReporter:
         bcounts = bucket_counts_of(buckets)
         for pid in ({k[0] for k in bcounts} | set(listed)) - set(comms):
             comms[pid] = comm_label(pid)
+        return self._bucket_processes(bcounts, listed, span, comms)
+
+    def _bucket_processes(self, bcounts: dict, listed: dict[int, int], span: float,
+                          comms: dict[int, str]) -> list[IntervalProcess]:
+        """Each process's row from the exact per-bucket counts, its futex count
+        from the per-futex list (`listed`: pid -> futexes touched)."""
         rows = processes(self._bucket_counts, bcounts, span, comms)
         for r in rows:
             r["futexes"] = listed.get(r["pid"], 0)

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-FUTEX_KEY = ("tgid", "kind", "uaddr", "hash_mask")
+from futextrace.loading.sortkeys import byte_keys, layout
+
+# Sortable byte strings (loading/sortkeys.py): a futex's key, and its hash's.
+FUTEX = layout(("tgid", ">u4"), ("kind", ">u4"), ("hash_mask", ">u4"), ("uaddr", ">u8"))
+HASH = layout(("tgid", ">u4"), ("kind", ">u4"), ("hash_mask", ">u4"))
 
 
 class FutexTouches:
@@ -22,13 +26,11 @@ class FutexTouches:
     cumulative lookups, sorted, to match the next one against."""
 
     def __init__(self):
-        self._keys = np.zeros(0, dtype=[(f, np.uint64) for f in FUTEX_KEY])
+        self._keys = byte_keys({f: np.zeros(0, dtype=np.uint64) for f in FUTEX.names}, FUTEX)
         self._lookups = np.zeros(0, dtype=np.uint64)
 
     def update(self, futexes: dict[str, np.ndarray]) -> dict[int, int]:
-        keys = np.zeros(len(futexes["lookups"]), dtype=self._keys.dtype)
-        for f in FUTEX_KEY:
-            keys[f] = futexes[f]
+        keys = byte_keys(futexes, FUTEX)
         order = np.argsort(keys, kind="stable")
         keys, lookups = keys[order], futexes["lookups"][order].astype(np.uint64)
         before = np.zeros(len(keys), dtype=np.uint64)
@@ -42,22 +44,20 @@ class FutexTouches:
 
 
 def _busiest_hash_counts(keys: np.ndarray, delta: np.ndarray) -> dict[int, int]:
-    """tgid -> futexes in its hash with the most lookups (keys sorted by tgid,
-    kind, uaddr, hash_mask; a tie goes to the first hash in that order)."""
+    """tgid -> futexes in its hash with the most lookups (`keys`: FUTEX byte
+    strings, sorted, so each hash's futexes are together; a tie goes to the
+    first hash in (kind, hash_mask) order)."""
     if not len(keys):
         return {}
-    hashes = np.zeros(len(keys), dtype=[("tgid", np.uint64), ("kind", np.uint64), ("hash_mask", np.uint64)])
-    for f in hashes.dtype.names:
-        hashes[f] = keys[f]
-    order = np.argsort(hashes, kind="stable")
-    hashes, delta = hashes[order], delta[order]
+    fields = keys.view(FUTEX)
+    hashes = byte_keys({f: fields[f] for f in HASH.names}, HASH)
     change = np.ones(len(hashes), dtype=bool)
     change[1:] = hashes[1:] != hashes[:-1]
     starts = np.flatnonzero(change)
     sums = np.add.reduceat(delta, starts)
     counts = np.diff(np.append(starts, len(hashes)))
     out: dict[int, tuple[int, int]] = {}
-    for tgid, total, n in zip(hashes["tgid"][starts].tolist(), sums.tolist(), counts.tolist()):
+    for tgid, total, n in zip(fields["tgid"][starts].tolist(), sums.tolist(), counts.tolist()):
         if tgid not in out or total > out[tgid][0]:
             out[tgid] = (total, n)
     return {tgid: n for tgid, (_, n) in out.items()}
