@@ -5,10 +5,16 @@ import importlib
 import signal
 import sys
 
-import click
+from futextrace.loading import earlymaps
 
-from futextrace import __version__
-from futextrace.errors import EXIT_CODES_HELP, FutextraceError
+# Before the imports: a warm start's big maps take the kernel longer to create
+# than Python takes to import what the command needs (loading/earlymaps.py).
+earlymaps.start_from_command_line(sys.argv)
+
+import click  # noqa: E402
+
+from futextrace import __version__  # noqa: E402
+from futextrace.errors import EXIT_CODES_HELP, FutextraceError  # noqa: E402
 
 # Subcommand name -> module in futextrace.commands exporting `command`.
 COMMANDS = ["doctor", "record", "bench", "sweep", "explain", "snapshot", "report", "serve", "diff",

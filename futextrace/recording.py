@@ -533,6 +533,7 @@ class Recording(TypedDict, total=False):
     attach_s: float
     attach_phases_s: AttachPhases
     compile_cache: str
+    early_maps: int      # maps the command line began creating before its imports (loading/earlymaps.py)
     error: str
     target_exited: TargetExited
 

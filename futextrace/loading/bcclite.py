@@ -19,18 +19,21 @@ compiles instead; later, the error names the call.
 from __future__ import annotations
 
 import ctypes as ct
+import hashlib
 import importlib.util
+import marshal
 import os
 import sys
 import types
 import warnings
 from pathlib import Path
 
-from futextrace.loading import bpfsys
+from futextrace.loading import bpfsys, cachefiles, earlymaps
 
 LIBRARY = "libbcc_bpf.so.0"
 # The line of bcc/libbcc.py that loads the compiler's library (BCC 0.1x to 0.3x).
 LOAD_LINE = 'ct.CDLL("libbcc.so.0", use_errno=True)'
+CODE_MAX_BYTES = 4 << 20       # BCC's __init__.py compiles to ~90 KB
 
 
 class NeedsCompiler(Exception):
@@ -52,17 +55,21 @@ class CachedModule:
         self.license = entry["license"].encode()
         self.kern_version = entry["kern_version"]
         self.fds: list[int] = []
-        # At once, a thread each up to the CPU count: a preallocated per-CPU
-        # hash takes the kernel 60-75 ms to create, and the system call lets
-        # go of the GIL.
+        # The big ones the command line began creating before its imports
+        # (earlymaps), the rest at once, a thread each up to the CPU count: a
+        # preallocated per-CPU hash takes the kernel 90-130 ms to create, and
+        # the system call lets go of the GIL.
+        early = {i: e for i, e in enumerate(map(earlymaps.claim, self.tables)) if e is not None}
+        self.early_maps = 0     # maps taken from earlymaps, made in time
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-            made = [pool.submit(bpfsys.create_map, t["type"], t["key_size"], t["leaf_size"],
-                                t["max_entries"], t["flags"], t["name"]) for t in self.tables]
+            made = {i: pool.submit(_create, t) for i, t in enumerate(self.tables) if i not in early}
         failed = None
-        for future in made:
+        for i, t in enumerate(self.tables):
             try:
-                self.fds.append(future.result())
+                fd = made[i].result() if i in made else early[i].result()
+                self.early_maps += i in early and fd is not None
+                self.fds.append(fd if fd is not None else _create(t))   # early failed: the reason
             except OSError as e:
                 failed = failed or e
         if failed:
@@ -76,6 +83,11 @@ class CachedModule:
     def table(self, name: bytes) -> dict | None:
         i = self.by_name.get(name)
         return None if i is None else self.tables[i]
+
+
+def _create(table: dict) -> int:
+    return bpfsys.create_map(table["type"], table["key_size"], table["leaf_size"],
+                             table["max_entries"], table["flags"], table["name"])
 
 
 _modules: dict[int, CachedModule] = {}
@@ -93,6 +105,11 @@ def _module(handle) -> CachedModule:
     if module is None:
         raise NeedsCompiler("a BCC module this process did not build from the cache")
     return module
+
+
+def early_maps(handle) -> int:
+    """How many of its maps a module register() handed out took from earlymaps."""
+    return _module(handle).early_maps
 
 
 def fds_by_name(handle) -> dict[str, int]:
@@ -177,12 +194,26 @@ def _run(name: str, path: Path, namespace: dict | None = None, source: str | Non
 
 
 def _code(source: str, path: Path):
-    """BCC's source compiled here (no .pyc: it runs under our own module
-    objects), its own SyntaxWarnings (escapes in regexes) not ours to print."""
+    """BCC's source compiled here (it runs under our own module objects, so
+    Python keeps no .pyc of it), its own SyntaxWarnings (escapes in regexes)
+    not ours to print. The compiled code is kept in the program cache, keyed
+    by the source (as we change it) and the interpreter: compiling
+    bcc/__init__.py took 12 of a warm start's ~300 ms, loading it 0.4."""
+    key = hashlib.sha256("\0".join((sys.version, str(path), source)).encode()).hexdigest()[:32]
+    kept = cachefiles.prog_cache_dir() / f"bcc-code-{key}.marshal"
+    data = cachefiles.read_trusted(kept, CODE_MAX_BYTES)
+    if data is not None:
+        try:
+            return marshal.loads(data)
+        except (EOFError, ValueError, TypeError):
+            pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return compile(source, str(path), "exec")
+        code = compile(source, str(path), "exec")
+    if not os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
+        cachefiles.write_atomic(kept, marshal.dumps(code))
+    return code
 
 
 def _build() -> types.ModuleType:

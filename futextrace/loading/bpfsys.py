@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _NR_BPF = 321                  # x86_64
 BPF_MAP_CREATE = 0
@@ -96,8 +96,7 @@ def _load(insns: bytes, name: str, prog_type: int, license_: str, kern_version: 
     raise err
 
 
-@dataclass(frozen=True)
-class ProgStats:
+class ProgStats(NamedTuple):
     run_time_ns: int        # 0 unless kernel.bpf_stats_enabled
     run_cnt: int            # 0 unless kernel.bpf_stats_enabled
     recursion_misses: int   # runs the kernel skipped: the program was already running on that CPU

@@ -37,13 +37,12 @@ import functools
 import hashlib
 import json
 import os
-import stat
 import struct
 from pathlib import Path
 
 from futextrace.kernel import modelcache
 from futextrace.kernel.model import VMLINUX_BTF
-from futextrace.loading import bcclite, bpfsys
+from futextrace.loading import bcclite, bpfsys, cachefiles, earlymaps
 
 FORMAT = 3                   # 2: built_for recorded and checked; 3: maps described in full (sizes)
 LD_IMM64 = 0x18              # BPF_LD | BPF_IMM | BPF_DW: the only insn that carries a map
@@ -55,7 +54,7 @@ NOT_CACHED = ("kfunc__", "kretfunc__", "lsm__")   # attach targets BCC finds fro
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("FUTEXTRACE_CACHE", "/var/cache/futextrace")) / "prog"
+    return cachefiles.prog_cache_dir()
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,20 +182,12 @@ def cache_entry(bpf, made_for: dict | None = None, method: str = "") -> dict | N
 
 
 def read_entry(path: Path) -> dict | None:
-    """A cache entry this user wrote (owned by us, writable by nobody else), or None."""
+    """A cache entry this user wrote (cachefiles.read_trusted), or None."""
+    data = cachefiles.read_trusted(path, MAX_ENTRY_BYTES)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        entry = json.loads(data) if data is not None else None
+    except ValueError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
-                or st.st_mode & 0o022 or st.st_size > MAX_ENTRY_BYTES):
-            return None
-        try:
-            entry = json.loads(f.read())
-        except ValueError:
-            return None
     return entry if isinstance(entry, dict) and entry.get("format") == FORMAT else None
 
 
@@ -217,15 +208,7 @@ def for_this_kernel(entry: dict) -> bool:
 
 def write_entry(path: Path, entry: dict) -> None:
     """Best effort: an unwritable cache costs the next run a compile, nothing more."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f)
-        tmp.replace(path)
-    except OSError:
-        pass
+    cachefiles.write_atomic(path, json.dumps(entry).encode())
 
 
 def _compile_only_class(BPF):
@@ -320,11 +303,13 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
     attribute says which: "hit", "miss" (compiled, now cached), "stale" (the
     entry could not be loaded without the compiler: compiled), "mismatch"
     (the entry was built for another kernel, BCC, text or flags: compiled),
-    "off". `attach=False` (cache build): nothing is attached or loaded, not
-    even BCC's autoloaded functions."""
+    "off"; its `early_maps` how many of its maps it took from those the
+    command line began creating before its imports (loading/earlymaps.py).
+    `attach=False` (cache build): nothing is attached or loaded, not even
+    BCC's autoloaded functions."""
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
         b = _compile(text, cflags, attach)
-        b.compile_cache, b.cacheable = "off", False
+        b.compile_cache, b.cacheable, b.early_maps = "off", False, 0
         return b
     made_for = built_for(text, cflags, header)      # read once: the key and the check are both of it
     path = cache_dir() / f"{key_of(made_for)}.json"
@@ -334,14 +319,19 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
         entry, status = None, "mismatch"
     if entry is not None:
         b = _replay(entry, attach)
+        earlymaps.close_untaken()
         if b is not None:
             b.compile_cache, b.cacheable = "hit", True
+            b.early_maps = bcclite.early_maps(b.module)
+            earlymaps.remember(entry["tables"], os.cpu_count() or 1)
             return b
         status = "stale"
+    earlymaps.close_untaken()      # the compile creates its own
     b = _compile(text, cflags, attach)
     fresh = cache_entry(b, made_for, method)
     if fresh is not None:
         write_entry(path, fresh)
-    b.compile_cache = status
+        earlymaps.remember(fresh["tables"], os.cpu_count() or 1)
+    b.compile_cache, b.early_maps = status, 0
     b.cacheable = fresh is not None
     return b

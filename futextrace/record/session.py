@@ -108,6 +108,7 @@ class TraceSession:
         self.filters: Filters | None = None     # once the --comm watch is settled (_attach)
         self.program: Program | None = None
         self.compile_cache = "off"      # progcache: where the instructions came from
+        self.early_maps = 0             # of the maps, how many the command line made before its imports
         self.history_lock = history_lock or contextlib.nullcontext()
         self.events: list[dict] = []
         self.t0_ns = 0
@@ -177,6 +178,7 @@ class TraceSession:
         self.program.bpf["events"].open_ring_buffer(self._on_event)
         self.timings.update(self.program.timings)
         self.compile_cache = self.program.bpf.compile_cache
+        self.early_maps = self.program.bpf.early_maps
         self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
 
     def stop(self, *_):

@@ -1,0 +1,93 @@
+"""The early maps' bookkeeping (loading/earlymaps.py), without a kernel: what
+counts as big, the hint file's trust and shape, and who starts them. That a
+warm start takes them is checked on the kernel (tests/host/test_warm_start.py,
+tests/host/test_earlymaps.py)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from futextrace.loading import earlymaps
+
+
+def table(name="futexes", type_=5, key=24, leaf=32, entries=65536, flags=0):
+    return {"name": name, "type": type_, "key_size": key, "leaf_size": leaf, "max_entries": entries,
+            "flags": flags}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
+    monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
+    monkeypatch.setattr(earlymaps, "_command", None)
+    monkeypatch.setattr(earlymaps, "_early", {})
+    started = []
+    monkeypatch.setattr(earlymaps, "_EarlyMap", lambda spec: started.append(spec) or spec)
+    return started
+
+
+def test_big_means_a_preallocated_hash_of_a_mebibyte_or_more():
+    assert earlymaps.is_big(table(), ncpus=2)                        # 65,536 x (24 + 2 x 32) bytes
+    assert not earlymaps.is_big(table(entries=1024), ncpus=2)        # 90 KiB
+    assert earlymaps.is_big(table(entries=8192), ncpus=4)            # 1.2 MiB: per CPU counts
+    assert not earlymaps.is_big(table(entries=8192), ncpus=1)
+    assert not earlymaps.is_big(table(flags=earlymaps.BPF_F_NO_PREALLOC), ncpus=2)
+    assert not earlymaps.is_big(table(type_=2, key=4, entries=1 << 19), ncpus=2)   # an array
+
+
+def test_what_a_start_remembers_the_next_start_of_that_command_creates(cache):
+    earlymaps.start("record")
+    earlymaps.remember([table(), table("counters", 6, 4, 8, 18), table("buckets")], ncpus=2)
+    assert json.loads(earlymaps.hint_path().read_text()) == {
+        "record": [["futexes", 5, 24, 32, 65536, 0], ["buckets", 5, 24, 32, 65536, 0]]}
+    earlymaps._command = None
+    earlymaps.start("record")
+    assert cache == [("futexes", 5, 24, 32, 65536, 0), ("buckets", 5, 24, 32, 65536, 0)]
+    earlymaps._command = None
+    earlymaps.start("serve")           # another command: nothing remembered for it
+    assert len(cache) == 2
+
+
+def test_an_unchanged_hint_is_not_written_again(cache):
+    earlymaps.start("record")
+    earlymaps.remember([table()], ncpus=2)
+    os.utime(earlymaps.hint_path(), (1, 1))
+    earlymaps.remember([table()], ncpus=2)
+    assert earlymaps.hint_path().stat().st_mtime == 1
+
+
+def test_a_hint_others_could_write_or_out_of_shape_is_ignored(cache):
+    path = earlymaps.hint_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"record": [["futexes", 5, 24, 32, 65536, 0]]}))
+    path.chmod(0o666)
+    earlymaps.start("record")
+    assert cache == []
+    path.chmod(0o644)
+    path.write_text(json.dumps({"record": [["futexes", 2, 24, 32, 65536, 0],      # an array
+                                           ["huge", 5, 24, 32, 1 << 30, 0],        # too many entries
+                                           ["bad", 5, -1, 32, 65536, 0], "x"]}))
+    earlymaps._command = None
+    earlymaps.start("record")
+    assert cache == []
+
+
+def test_only_the_futextrace_command_line_starts_them(cache, monkeypatch):
+    asked = []
+    monkeypatch.setattr(earlymaps, "start", asked.append)
+    earlymaps.start_from_command_line(["/usr/bin/pytest", "record"])
+    earlymaps.start_from_command_line(["/venv/bin/futextrace", "report", "x.json"])
+    earlymaps.start_from_command_line(["/venv/bin/futextrace", "record", "-p", "1"])
+    earlymaps.start_from_command_line(["/src/futextrace/cli.py", "serve"])
+    assert asked == ["record", "serve"]
+
+
+def test_the_program_cache_switch_turns_them_off(cache, monkeypatch):
+    earlymaps.start("record")
+    earlymaps.remember([table()], ncpus=2)
+    earlymaps._command = None
+    monkeypatch.setenv("FUTEXTRACE_NO_PROG_CACHE", "1")
+    earlymaps.start("record")
+    assert cache == []
