@@ -1,16 +1,17 @@
 """A warm start's big maps, created while Python is still importing.
 
-The kernel takes 90-130 ms to create each preallocated per-CPU hash of
-65,536 entries (`futexes`, `buckets`): a third of a warm start on an idle
-2-CPU host, and it could only begin once the kernel model and the options had
-given the maps' sizes. The last start of the same command almost always asks
+The kernel takes 45-60 ms to create a preallocated per-CPU hash of 65,536
+entries (`futexes`, `buckets`: one per-CPU allocation per entry, each under
+the kernel's percpu lock), and a warm start could only begin once the kernel
+model and the options had given the maps' sizes: on an idle 2-CPU host, a
+third of the start. The last start of the same command almost always asks
 for the same maps, so the command line (cli.py, before its own imports)
-starts one thread per big map that start created, as the program cache's
-`prog/early-maps` file describes them, and the replay (bcclite.CachedModule) takes
-a map from here only where its description is the same in every field. A map
-made here is new and empty, so taking it is creating it a little earlier;
-what nothing took is closed (close_untaken). A wrong or stale description
-costs a few milliseconds of another CPU, never a map of the wrong kind.
+starts a thread that creates the big maps that start created, as the program
+cache's `prog/early-maps` file describes them, and the replay
+(bcclite.CachedModule) takes a map from here only where its description is
+the same in every field. A map made here is new and empty, so taking it is
+creating it a little earlier; what nothing took is closed (close_untaken). A
+wrong or stale description costs some CPU time, never a map of the wrong kind.
 """
 from __future__ import annotations
 
@@ -59,19 +60,31 @@ class _EarlyMap:
     def __init__(self, spec: tuple):
         self.spec = spec
         self.fd: int | None = None
-        self.thread = threading.Thread(target=self._create, daemon=True, name="futextrace-early-map")
-        self.thread.start()
+        self.done = threading.Event()
 
-    def _create(self) -> None:
+    def create(self) -> None:
         name, map_type, key_size, leaf_size, max_entries, flags = self.spec
         try:
             self.fd = bpfsys.create_map(map_type, key_size, leaf_size, max_entries, flags, name)
         except OSError:
             pass             # no privilege, no memory: the replay creates it, and says why
+        finally:
+            self.done.set()
 
     def result(self) -> int | None:
-        self.thread.join()
+        self.done.wait()
         return self.fd
+
+
+def _begin(specs: list[tuple]) -> None:
+    """Create them one after another in one thread: each per-CPU allocation
+    holds the kernel's percpu lock with interrupts off, so two created at once
+    took as long as one after the other, on two CPUs instead of one (the
+    other one is the imports')."""
+    maps = [_EarlyMap(spec) for spec in specs]
+    _early.update((m.spec, m) for m in maps)
+    threading.Thread(target=lambda: [m.create() for m in maps], daemon=True,
+                     name="futextrace-early-maps").start()
 
 
 def _valid(spec) -> bool:
@@ -99,9 +112,9 @@ def start(command: str) -> None:
     specs = _read_hint().get(command)
     if not isinstance(specs, list):
         return
-    for spec in specs[:MOST_MAPS]:
-        if _valid(spec) and tuple(spec) not in _early:
-            _early[tuple(spec)] = _EarlyMap(tuple(spec))
+    wanted = [tuple(spec) for spec in specs[:MOST_MAPS] if _valid(spec)]
+    if wanted:
+        _begin(list(dict.fromkeys(wanted)))
 
 
 def start_from_command_line(argv: list[str]) -> None:

@@ -24,7 +24,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(earlymaps, "_command", None)
     monkeypatch.setattr(earlymaps, "_early", {})
     started = []
-    monkeypatch.setattr(earlymaps, "_EarlyMap", lambda spec: started.append(spec) or spec)
+    monkeypatch.setattr(earlymaps, "_begin", started.extend)
     return started
 
 
