@@ -121,7 +121,8 @@ def start_from_command_line(argv: list[str]) -> None:
     """start() for the `futextrace` command itself (its console script or
     `python -m futextrace.cli`), not for a program that imports the CLI."""
     entry = os.path.basename(argv[0]) if argv else ""
-    if entry in ("futextrace", "cli.py") and len(argv) > 1 and argv[1] in LOADING_COMMANDS:
+    if (entry in ("futextrace", "cli.py") and len(argv) > 1 and argv[1] in LOADING_COMMANDS
+            and not {"-h", "--help"} & set(argv)):
         start(argv[1])
 
 

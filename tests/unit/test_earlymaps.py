@@ -81,6 +81,7 @@ def test_only_the_futextrace_command_line_starts_them(cache, monkeypatch):
     earlymaps.start_from_command_line(["/venv/bin/futextrace", "report", "x.json"])
     earlymaps.start_from_command_line(["/venv/bin/futextrace", "record", "-p", "1"])
     earlymaps.start_from_command_line(["/src/futextrace/cli.py", "serve"])
+    earlymaps.start_from_command_line(["/venv/bin/futextrace", "record", "--help"])
     assert asked == ["record", "serve"]
 
 
