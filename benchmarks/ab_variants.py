@@ -19,6 +19,13 @@ on a shared machine cannot resolve (the minimum is the quietest run).
 
     sudo .venv/bin/python benchmarks/ab_variants.py --variant DIR --bpf-ns --sizes 16,1048576 --rounds 80 --runtime 0.1
 
+A 3-4 ns difference can be where the kernel placed a build's sys_enter image, not
+its code: programs take their place in the kernel's program pack as their
+verification ends, so a build whose tail-called program verifies faster than
+sys_enter gets sys_enter placed after it (WAITV_CHUNK 8 against 32 measured +3 ns
+that way, and 0 with the loads ordered; docs/design.md). Compare a build with a
+copy of itself, or swap which one verifies first, before reading a few ns as code.
+
 --b-call-sites compiles B with call sites (bpf/call_sites.h, as record runs), A
 without: what taking them costs the hot path (--variant may then be left out).
 """
