@@ -56,9 +56,8 @@ class CachedModule:
         self.kern_version = entry["kern_version"]
         self.fds: list[int] = []
         # The big ones the command line began creating before its imports
-        # (earlymaps), the rest at once, a thread each up to the CPU count: a
-        # preallocated per-CPU hash takes the kernel 90-130 ms to create, and
-        # the system call lets go of the GIL.
+        # (earlymaps); the rest at once, a thread each up to the CPU count
+        # (the system call lets go of the GIL).
         early = {i: e for i, e in enumerate(map(earlymaps.claim, self.tables)) if e is not None}
         self.early_maps = 0     # maps taken from earlymaps, made in time
         from concurrent.futures import ThreadPoolExecutor
@@ -199,9 +198,10 @@ def _code(source: str, path: Path):
     not ours to print. The compiled code is kept in the program cache, keyed
     by the source (as we change it) and the interpreter: compiling
     bcc/__init__.py took 12 of a warm start's ~300 ms, loading it 0.4."""
+    use_cache = not os.environ.get("FUTEXTRACE_NO_PROG_CACHE")
     key = hashlib.sha256("\0".join((sys.version, str(path), source)).encode()).hexdigest()[:32]
     kept = cachefiles.prog_cache_dir() / f"bcc-code-{key}.marshal"
-    data = cachefiles.read_trusted(kept, CODE_MAX_BYTES)
+    data = cachefiles.read_trusted(kept, CODE_MAX_BYTES) if use_cache else None
     if data is not None:
         try:
             return marshal.loads(data)
@@ -211,7 +211,7 @@ def _code(source: str, path: Path):
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         code = compile(source, str(path), "exec")
-    if not os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
+    if use_cache:
         cachefiles.write_atomic(kept, marshal.dumps(code))
     return code
 

@@ -1,6 +1,6 @@
 """A warm start's big maps, created while Python is still importing.
 
-The kernel takes 45-60 ms to create a preallocated per-CPU hash of 65,536
+The kernel takes 45-90 ms to create a preallocated per-CPU hash of 65,536
 entries (`futexes`, `buckets`: one per-CPU allocation per entry, each under
 the kernel's percpu lock), and a warm start could only begin once the kernel
 model and the options had given the maps' sizes: on an idle 2-CPU host, a
@@ -104,7 +104,7 @@ def _read_hint() -> dict:
 
 
 def start(command: str) -> None:
-    """Start creating the maps the last start of `command` made big (threads)."""
+    """Start creating the big maps the last start of `command` made (a thread)."""
     global _command
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE") or _command is not None:
         return

@@ -1,14 +1,18 @@
 """BCC's package over its compiler-free library (futextrace/loading/bcclite.py),
 without root: it runs, maps no compiler, stays out of sys.modules["bcc"], and
 refuses the compiled module's calls it cannot answer. Each check runs in a
-fresh interpreter, whose own /proc/self/maps says what it mapped."""
+fresh interpreter, whose own /proc/self/maps says what it mapped; the cache
+of BCC's compiled sources is checked in this one."""
 from __future__ import annotations
 
+import marshal
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from futextrace.loading import bcclite
 
 pytest.importorskip("bcc")
 
@@ -70,3 +74,28 @@ def test_bccs_type_descriptions_decode_as_bcc_decodes_them():
         print(ct.sizeof(t), [f[0] for f in t._fields_])
     """)
     assert out == "32 ['tgid', 'pad', 'uaddr', 'comm']"
+
+
+def test_bccs_compiled_sources_are_kept_in_the_cache(tmp_path, monkeypatch):
+    """BCC's sources bcclite runs are compiled once (marshal in the program
+    cache) and read back after; a kept file others could write is not read,
+    and FUTEXTRACE_NO_PROG_CACHE keeps nothing."""
+    monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
+    monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
+    source, where = "x = 6 * 7\n", tmp_path / "mod.py"
+    first = bcclite._code(source, where)
+    kept = list((tmp_path / "prog").glob("bcc-code-*.marshal"))
+    assert len(kept) == 1
+    namespace = {}
+    exec(bcclite._code(source, where), namespace)
+    assert namespace["x"] == 42 and first.co_filename == str(where)
+    kept[0].write_bytes(marshal.dumps(compile("x = 1\n", str(where), "exec")))
+    exec(bcclite._code(source, where), namespace)
+    assert namespace["x"] == 1                    # read back, not compiled again
+    kept[0].chmod(0o666)
+    exec(bcclite._code(source, where), namespace)
+    assert namespace["x"] == 42                   # not trusted: compiled
+    monkeypatch.setenv("FUTEXTRACE_NO_PROG_CACHE", "1")
+    kept[0].unlink()
+    bcclite._code(source, where)
+    assert not list((tmp_path / "prog").glob("bcc-code-*.marshal"))
