@@ -31,7 +31,7 @@ BIG_BYTES = 1 << 20          # smaller maps take the kernel under a millisecond
 MOST_MAPS = 4
 MOST_ENTRIES = 1 << 24
 # Commands that load the BPF program; an early map for any other would be waste.
-LOADING_COMMANDS = ("record", "serve", "run", "bench", "sweep")
+LOADING_COMMANDS = ("record", "serve", "explain", "run", "bench", "sweep")
 
 _early: dict[tuple, "_EarlyMap"] = {}
 _command: str | None = None
@@ -141,15 +141,16 @@ def close_untaken() -> None:
             os.close(fd)
 
 
-def remember(tables: list[dict], ncpus: int) -> None:
-    """Record this command's big maps for its next start; written only when
-    they changed. Best effort: an unwritable cache costs the next start the
-    early maps, nothing more."""
-    if _command is None:
+def remember(tables: list[dict], ncpus: int, command: str | None = None) -> None:
+    """Record the big maps of `command` (this process's, by default) for its
+    next start; written only when they changed. Best effort: an unwritable
+    cache costs the next start the early maps, nothing more."""
+    command = command or _command
+    if command is None:
         return
     specs = [list(spec_of(t)) for t in tables if is_big(t, ncpus)][:MOST_MAPS]
     hint = _read_hint()
-    if hint.get(_command) == specs:
+    if hint.get(command) == specs:
         return
-    hint[_command] = specs
+    hint[command] = specs
     cachefiles.write_atomic(hint_path(), json.dumps(hint).encode())

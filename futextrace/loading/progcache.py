@@ -304,12 +304,13 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
     entry could not be loaded without the compiler: compiled), "mismatch"
     (the entry was built for another kernel, BCC, text or flags: compiled),
     "off"; its `early_maps` how many of its maps it took from those the
-    command line began creating before its imports (loading/earlymaps.py).
+    command line began creating before its imports (loading/earlymaps.py),
+    its `map_tables` the entry's description of its maps (None: not cached).
     `attach=False` (cache build): nothing is attached or loaded, not even
     BCC's autoloaded functions."""
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
         b = _compile(text, cflags, attach)
-        b.compile_cache, b.cacheable, b.early_maps = "off", False, 0
+        b.compile_cache, b.cacheable, b.early_maps, b.map_tables = "off", False, 0, None
         return b
     made_for = built_for(text, cflags, header)      # read once: the key and the check are both of it
     path = cache_dir() / f"{key_of(made_for)}.json"
@@ -322,7 +323,7 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
         earlymaps.close_untaken()
         if b is not None:
             b.compile_cache, b.cacheable = "hit", True
-            b.early_maps = bcclite.early_maps(b.module)
+            b.early_maps, b.map_tables = bcclite.early_maps(b.module), entry["tables"]
             earlymaps.remember(entry["tables"], os.cpu_count() or 1)
             return b
         status = "stale"
@@ -333,5 +334,6 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
         write_entry(path, fresh)
         earlymaps.remember(fresh["tables"], os.cpu_count() or 1)
     b.compile_cache, b.early_maps = status, 0
+    b.map_tables = fresh["tables"] if fresh is not None else None
     b.cacheable = fresh is not None
     return b

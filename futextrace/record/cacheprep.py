@@ -12,11 +12,12 @@ a start and the build cannot disagree on what a variant is.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 
 from futextrace.errors import EnvironmentProblem, KernelRefused
-from futextrace.loading import loader
+from futextrace.loading import earlymaps, loader
 from futextrace.loading.methods import PREFERENCE, candidates
 from futextrace.record.session import RecordOptions, filters_for, program_args
 
@@ -38,6 +39,9 @@ FILTER_SHAPES = (
 # snapshot do not); record --exact-prctl and explain hook prctl's exit.
 CALL_SITES = ((True, ""), (False, " --no-call-sites"))
 EXACT_PRCTL = ((False, ""), (True, " --exact-prctl"))
+# The shape each command starts with by default, whose big maps its first start
+# then has the kernel create before the imports (loading/earlymaps.py).
+DEFAULT_SHAPE = {"record": "", "serve": "--no-call-sites"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,9 @@ def build(variant: Variant) -> tuple[str, float]:
     except KernelRefused as e:
         return f"failed ({e})", time.monotonic() - t0
     try:
+        for command, shape in DEFAULT_SHAPE.items():
+            if shape in variant.shapes and b.map_tables:
+                earlymaps.remember(b.map_tables, os.cpu_count() or 1, command)
         if b.compile_cache == "hit":
             said = "already cached"
         elif b.compile_cache == "off":

@@ -88,6 +88,17 @@ def test_explain_hits_after_the_build(built, tmp_path, sleeper):
     assert json.loads(out.read_text())["recording"]["compile_cache"] == "hit"
 
 
+def test_the_build_leaves_record_and_serve_their_early_maps(built):
+    """The first start after an image build gets the head start too: the
+    build describes the default variants' big maps (loading/earlymaps.py).
+    No serve runs here, so its description can only be the build's."""
+    cache, _ = built
+    hint = json.loads((cache / "prog" / "early-maps").read_text())
+    for command in ("record", "serve"):
+        names = {spec[0] for spec in hint[command]}
+        assert {"futexes", "buckets"} <= names, (command, hint)
+
+
 def test_a_second_build_compiles_nothing(built):
     cache, _ = built
     res = cli("cache", "build", env={"FUTEXTRACE_CACHE": str(cache)})
