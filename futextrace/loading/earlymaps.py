@@ -141,13 +141,14 @@ def close_untaken() -> None:
             os.close(fd)
 
 
-def remember(tables: list[dict], ncpus: int, command: str | None = None) -> None:
+def remember(tables: list[dict], command: str | None = None, ncpus: int | None = None) -> None:
     """Record the big maps of `command` (this process's, by default) for its
     next start; written only when they changed. Best effort: an unwritable
     cache costs the next start the early maps, nothing more."""
     command = command or _command
     if command is None:
         return
+    ncpus = ncpus or os.cpu_count() or 1
     specs = [list(spec_of(t)) for t in tables if is_big(t, ncpus)][:MOST_MAPS]
     hint = _read_hint()
     if hint.get(command) == specs:

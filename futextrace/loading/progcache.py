@@ -318,21 +318,20 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
     status = "miss"
     if entry is not None and mismatch(entry, made_for):
         entry, status = None, "mismatch"
+    b = _replay(entry, attach) if entry is not None else None
+    earlymaps.close_untaken()      # what the replay did not take; a compile creates its own
+    if b is not None:
+        b.compile_cache, b.cacheable = "hit", True
+        b.early_maps, b.map_tables = bcclite.early_maps(b.module), entry["tables"]
+        earlymaps.remember(entry["tables"])
+        return b
     if entry is not None:
-        b = _replay(entry, attach)
-        earlymaps.close_untaken()
-        if b is not None:
-            b.compile_cache, b.cacheable = "hit", True
-            b.early_maps, b.map_tables = bcclite.early_maps(b.module), entry["tables"]
-            earlymaps.remember(entry["tables"], os.cpu_count() or 1)
-            return b
         status = "stale"
-    earlymaps.close_untaken()      # the compile creates its own
     b = _compile(text, cflags, attach)
     fresh = cache_entry(b, made_for, method)
     if fresh is not None:
         write_entry(path, fresh)
-        earlymaps.remember(fresh["tables"], os.cpu_count() or 1)
+        earlymaps.remember(fresh["tables"])
     b.compile_cache, b.early_maps = status, 0
     b.map_tables = fresh["tables"] if fresh is not None else None
     b.cacheable = fresh is not None

@@ -12,7 +12,6 @@ a start and the build cannot disagree on what a variant is.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 
@@ -98,7 +97,7 @@ def build(variant: Variant) -> tuple[str, float]:
     try:
         for command, shape in DEFAULT_SHAPE.items():
             if shape in variant.shapes and b.map_tables:
-                earlymaps.remember(b.map_tables, os.cpu_count() or 1, command)
+                earlymaps.remember(b.map_tables, command)
         if b.compile_cache == "hit":
             said = "already cached"
         elif b.compile_cache == "off":

@@ -13,10 +13,9 @@ import struct
 import pytest
 
 from futextrace.loading import bcclite, bpfsys, earlymaps
+from tests.helpers.earlymaps import BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_HASH, isolate, map_table
 
 pytestmark = pytest.mark.root
-
-BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_ARRAY = 5, 2
 
 
 def map_info(fd: int) -> tuple:
@@ -27,21 +26,13 @@ def map_info(fd: int) -> tuple:
     return map_type, key, value, entries, flags, name.rstrip(b"\0").decode()
 
 
-def spec(name, map_type, key, value, entries):
-    return {"name": name, "type": map_type, "key_size": key, "leaf_size": value, "max_entries": entries,
-            "flags": 0, "key_desc": "", "leaf_desc": "", "fields": []}
-
-
-BIG = spec("ft_early_big", BPF_MAP_TYPE_PERCPU_HASH, 24, 32, 16384)
-SMALL = spec("ft_early_small", BPF_MAP_TYPE_ARRAY, 4, 8, 4)
+BIG = map_table("ft_early_big", BPF_MAP_TYPE_PERCPU_HASH, 24, 32, 16384)
+SMALL = map_table("ft_early_small", BPF_MAP_TYPE_ARRAY, 4, 8, 4)
 
 
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
-    monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
-    monkeypatch.setattr(earlymaps, "_command", None)
-    monkeypatch.setattr(earlymaps, "_early", {})
+    isolate(monkeypatch, tmp_path)
     yield
     earlymaps.close_untaken()
 

@@ -10,19 +10,12 @@ import os
 import pytest
 
 from futextrace.loading import earlymaps
-
-
-def table(name="futexes", type_=5, key=24, leaf=32, entries=65536, flags=0):
-    return {"name": name, "type": type_, "key_size": key, "leaf_size": leaf, "max_entries": entries,
-            "flags": flags}
+from tests.helpers.earlymaps import isolate, map_table as table
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
-    monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
-    monkeypatch.setattr(earlymaps, "_command", None)
-    monkeypatch.setattr(earlymaps, "_early", {})
+    isolate(monkeypatch, tmp_path)
     started = []
     monkeypatch.setattr(earlymaps, "_begin", started.extend)
     return started
@@ -34,7 +27,7 @@ def test_big_means_a_preallocated_hash_of_a_mebibyte_or_more():
     assert earlymaps.is_big(table(entries=8192), ncpus=4)            # 1.2 MiB: per CPU counts
     assert not earlymaps.is_big(table(entries=8192), ncpus=1)
     assert not earlymaps.is_big(table(flags=earlymaps.BPF_F_NO_PREALLOC), ncpus=2)
-    assert not earlymaps.is_big(table(type_=2, key=4, entries=1 << 19), ncpus=2)   # an array
+    assert not earlymaps.is_big(table(map_type=2, key=4, entries=1 << 19), ncpus=2)   # an array
 
 
 def test_what_a_start_remembers_the_next_start_of_that_command_creates(cache):
