@@ -154,6 +154,10 @@ class TraceSession:
         self.attach_state = state.read(self.opts.pids, attachstate.Scope(self.opts.comms, self.opts.cgroups,
                                                                          self.opts.tids))
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+    def announce(self):
+        """Say "Tracing..." (and what a filter waits for), if asked to: called by
+        the owner once a stop signal ends the run with its recording."""
         if self.opts.announce:
             print(announcement(self.opts.duration), file=sys.stderr, flush=True)
             filternotes.say_waiting(self.opts, self.comm_watch)

@@ -63,6 +63,28 @@ def test_signal_detaches_and_reports(workload, sig):
     _no_leftovers(ours)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_signal_at_the_tracing_line_gives_the_recording(sig, tmp_path):
+    """"Tracing..." promises that a stop signal now ends the run with its
+    recording. Sent the moment the line is read, the signal used to land while the
+    map reader's imports ran, before the handler: "futextrace: aborted", exit 130
+    and nothing written (CI, stop 49, on a busy 2-CPU machine)."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    rec_path = tmp_path / "rec.json"
+    try:
+        p = subprocess.Popen([*CLI, "record", "-p", str(sleeper.pid), "--json", str(rec_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stderr.readline()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        sleeper.kill()
+    assert "Tracing" in line, line + err
+    assert p.returncode == 0, err
+    rec = json.loads(rec_path.read_text())
+    assert rec["window"]["duration_ns"] > 0
+
+
 def test_sighup_ignored_as_under_nohup_keeps_the_run(workload, tmp_path):
     """`nohup futextrace record ...`: a hangup must not end the run (here it
     ends at -d 5), as it ends one started without nohup."""

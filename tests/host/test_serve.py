@@ -19,7 +19,7 @@ import pytest
 from futextrace.errors import EXIT_ENV, EXIT_USAGE
 from tests.helpers.host import wait_until
 from tests.helpers.host import FT
-from tests.helpers.serve import (PROMETHEUS, SERVE_MARKS, SLOW, Exporter, Prometheus, http_get,
+from tests.helpers.serve import (PROMETHEUS, SERVE_MARKS, SLOW, Exporter, Prometheus, free_port, http_get,
                                   prog_ids, progs_held_by)
 
 pytestmark = SERVE_MARKS
@@ -140,6 +140,19 @@ def test_signal_detaches_everything(tmp_path, sig):
     left = wait_until(lambda: not (e.ours & prog_ids()), timeout=10)
     assert left, f"BPF programs left attached: {sorted(e.ours & prog_ids())}"
     assert http_get(e.url, timeout=2) is None   # and the port is closed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_signal_at_the_serving_line_ends_cleanly(sig):
+    """A stop signal the moment "serving" is printed is a normal stop (exit 0),
+    as it is once the loop runs: the handler is in place from the attach on."""
+    p = subprocess.Popen([*FT, "serve", "--listen", f"127.0.0.1:{free_port()}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert "serving" in line, line + err
+    assert p.returncode == 0, line + err
 
 
 # --- the Grafana dashboard against the real /metrics page -----------------------
