@@ -7,13 +7,12 @@ the exporter serves.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import TYPE_CHECKING
 
 from futextrace import __version__
 from futextrace.analysis.timeline import build_timeline
-from futextrace.procs import stopsignals, targets
+from futextrace.procs import targets
 from futextrace.record.aggregate import refcount_of, totals_of
 from futextrace.record.assemble import kernel_facts, method_facts
 from futextrace.record.session import TraceSession
@@ -45,7 +44,6 @@ class ServeRecorder:
         self.session = TraceSession(opts, model, history_lock=threading.Lock(), max_thread_events=0)
         self.reader: ArrayReader | None = None   # made at the first read (open_reader)
         self.forgotten: set[int] = set()
-        self._signals = contextlib.ExitStack()   # the stop signals, taken once attached
         self.sort_hints = None   # summary.SortHints: the last read's sort orders, the next read's rows come nearly sorted
 
     @property
@@ -54,9 +52,6 @@ class ServeRecorder:
 
     def start(self) -> None:
         self.session.start()
-        # Once attached a stop signal ends the run (exit 0), not just once
-        # run() begins: "serving ..." is printed in between (as record does).
-        self._signals.enter_context(stopsignals.routed_to(self.session.stop))
 
     def open_reader(self) -> ArrayReader:
         """The map reader, made at the first read (its numpy imported then)."""
@@ -71,13 +66,10 @@ class ServeRecorder:
         return self.session.run()
 
     def close(self) -> None:
-        try:
-            if self.reader is not None:
-                self.reader.close()
-                self.reader = None
-            self.session.close()
-        finally:
-            self._signals.close()
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        self.session.close()
 
     def known_tgids(self) -> set[int]:
         """Every process the recorder holds anything about (events, comms)."""

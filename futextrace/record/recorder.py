@@ -6,7 +6,6 @@ close), the map reader of its program (loading/maps.py) and the -i rows
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from dataclasses import dataclass, replace
@@ -16,7 +15,7 @@ from futextrace.acting import launch
 from futextrace.loading import callsites
 from futextrace.loading.loader import release_freed_heap
 from futextrace.naming.capture import NameCapture
-from futextrace.procs import procevents, stopsignals, targets
+from futextrace.procs import procevents, targets
 from futextrace.record import assemble, attachstate, filternotes, startup
 from futextrace.record.live import IntervalReporter
 from futextrace.record.lockwaits_live import IntervalWaits
@@ -49,23 +48,14 @@ class Recorder:
         self.lock_deltas = IntervalWaits()  # bucket-lock waits per interval (record/lockwaits_live.py)
         self.names = NameCapture()          # the processes' memory maps, read while they live
         self._events_named = 0              # session.events already handed to names.tick
-        self._signals = contextlib.ExitStack()   # the stop signals, taken once attached
 
     def start(self):
         self.session.start()
-        try:
-            # From here until close() a stop signal ends the run with its recording:
-            # "Tracing..." promises that, and the reader's imports below take a
-            # while on a busy host (a Ctrl-C there was an abort: no recording).
-            self._signals.enter_context(stopsignals.routed_to(self.session.stop))
-            # The exporter's reader (numpy, the futexes map in batches): a -i row reads
-            # arrays, never a dict per futex; the final recording reads as MapReader does.
-            from futextrace.loading.maparrays import ArrayReader
-            self.reader = ArrayReader(self.session.program)
-        except BaseException:
-            self.close()
-            raise
-        self.session.announce()
+        # The exporter's reader (numpy, the futexes map in batches): a -i row reads
+        # arrays, never a dict per futex; the final recording reads as MapReader does.
+        from futextrace.loading.maparrays import ArrayReader
+        self.reader = ArrayReader(self.session.program)
+        self.session.announce()     # once ready: a stop signal now ends the run with its recording
 
     def run(self, until=None) -> float:
         """The session's poll loop, a -i row at each tick (TraceSession.run);
@@ -81,13 +71,10 @@ class Recorder:
         return self.session.run(until=turn, tick=self._interval_report)
 
     def close(self):
-        try:
-            if self.reader is not None:
-                self.reader.close()
-                self.reader = None
-            self.session.close()
-        finally:
-            self._signals.close()    # the stop signals' own handlers back, once detached
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        self.session.close()
 
     def _interval_report(self):
         """One `-i` row. Its boundary is the middle of the map read (the counts

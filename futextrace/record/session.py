@@ -122,6 +122,7 @@ class TraceSession:
         self.comm_watch: commwatch.CommWatch | None = None
         self.comm_seen: set[int] = set()     # processes --comm matched, kept past close()
         self.comm_how: str | None = None
+        self._signals = contextlib.ExitStack()   # the stop signals, from the attach to close()
 
     def _open_comm_watch(self):
         """--comm alone: the processes so named, kept as tgids by the proc
@@ -154,10 +155,14 @@ class TraceSession:
         self.attach_state = state.read(self.opts.pids, attachstate.Scope(self.opts.comms, self.opts.cgroups,
                                                                          self.opts.tids))
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        # From here until close() a stop signal ends the run (stop()), not the
+        # process: the owners print "Tracing..."/"serving" and import their map
+        # reader before run() (a Ctrl-C there was an abort, with no recording).
+        self._signals.enter_context(stopsignals.routed_to(self.stop))
 
     def announce(self):
         """Say "Tracing..." (and what a filter waits for), if asked to: called by
-        the owner once a stop signal ends the run with its recording."""
+        the owner once it is ready to run."""
         if self.opts.announce:
             print(announcement(self.opts.duration), file=sys.stderr, flush=True)
             filternotes.say_waiting(self.opts, self.comm_watch)
@@ -189,14 +194,18 @@ class TraceSession:
         self._stop = True
 
     def close(self):
-        """Detach and unload (close a MapReader of this program before: its mappings)."""
-        if self.comm_watch is not None:
-            self.comm_seen = set(self.comm_watch.seen)
-            self.comm_watch.close()
-            self.comm_watch = None
-        if self.program is not None:
-            self.program.close()
-            self.program = None
+        """Detach and unload (close a MapReader of this program before: its
+        mappings); then the stop signals' own handlers are back."""
+        try:
+            if self.comm_watch is not None:
+                self.comm_seen = set(self.comm_watch.seen)
+                self.comm_watch.close()
+                self.comm_watch = None
+            if self.program is not None:
+                self.program.close()
+                self.program = None
+        finally:
+            self._signals.close()
 
     # -- the ring buffer's events ----------------------------------------------
     def _on_event(self, ctx, data, size):
@@ -244,36 +253,35 @@ class TraceSession:
 
     # -- the loop ------------------------------------------------------------
     def run(self, until=None, tick=None) -> float:
-        """Poll until the duration ends, `until()` says so, or a signal arrives;
-        with -i, call `tick()` every interval (a FileProblem from it ends the
-        run, kept in output_error); then stop counting (loader.Program.stop_counting)
+        """Poll until the duration ends, `until()` says so, or a stop signal
+        arrives (taken since start()); with -i, call `tick()` every interval (a
+        FileProblem from it ends the run, kept in output_error); then stop counting (loader.Program.stop_counting)
         before anything is read. Returns the recording's duration in seconds: the
         window counted, from the counting hook's attach to its detach, whatever the load."""
-        with stopsignals.routed_to(self.stop):
-            start = self.t0_ns / 1e9           # counting began here (time.monotonic's clock)
-            end = start + self.opts.duration if self.opts.duration else None
-            next_tick = start + self.opts.interval if self.opts.interval and tick else None
-            while not self._stop:
-                now = time.monotonic()
-                # A tick due at the end still gets its row (-d 2 -i 1: two rows).
-                if next_tick and now >= next_tick and (end is None or next_tick <= end + 1e-9):
-                    try:
-                        tick()
-                    except FileProblem as e:   # keep what was recorded: end the run here
-                        self.output_error = str(e)
-                        break
-                    next_tick += self.opts.interval
-                    continue
-                if end is not None and now >= end:
+        start = self.t0_ns / 1e9           # counting began here (time.monotonic's clock)
+        end = start + self.opts.duration if self.opts.duration else None
+        next_tick = start + self.opts.interval if self.opts.interval and tick else None
+        while not self._stop:
+            now = time.monotonic()
+            # A tick due at the end still gets its row (-d 2 -i 1: two rows).
+            if next_tick and now >= next_tick and (end is None or next_tick <= end + 1e-9):
+                try:
+                    tick()
+                except FileProblem as e:   # keep what was recorded: end the run here
+                    self.output_error = str(e)
                     break
-                if until is not None and until():
-                    break
-                # Wake for the end or the next tick, not up to POLL_MS after it.
-                wake = min(t for t in (end, next_tick, now + POLL_MS / 1000) if t is not None)
-                self.program.bpf.ring_buffer_poll(max(1, int((wake - now) * 1000 + 0.999)))
-            self.program.stop_counting()
-            self.program.bpf.ring_buffer_poll(0)
-            return self.window()["duration_ns"] / 1e9
+                next_tick += self.opts.interval
+                continue
+            if end is not None and now >= end:
+                break
+            if until is not None and until():
+                break
+            # Wake for the end or the next tick, not up to POLL_MS after it.
+            wake = min(t for t in (end, next_tick, now + POLL_MS / 1000) if t is not None)
+            self.program.bpf.ring_buffer_poll(max(1, int((wake - now) * 1000 + 0.999)))
+        self.program.stop_counting()
+        self.program.bpf.ring_buffer_poll(0)
+        return self.window()["duration_ns"] / 1e9
 
     def window(self) -> dict:
         """The counted window (the recording's `window`): CLOCK_MONOTONIC ns
