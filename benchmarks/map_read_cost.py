@@ -110,15 +110,14 @@ def possible_cpus() -> int:
 
 
 def map_elem_btf_id() -> int:
-    """The BTF id of FUNC bpf_iter_bpf_map_elem, the map-element iterator's target."""
-    import re
-    import subprocess
-    dump = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"],
-                          capture_output=True, text=True, check=True).stdout
-    m = re.search(r"^\[(\d+)\] FUNC 'bpf_iter_bpf_map_elem'", dump, re.M)
-    if not m:
+    """The BTF id of FUNC bpf_iter_bpf_map_elem, the map-element iterator's
+    target, found as the kernel model finds the task iterator's."""
+    from futextrace.kernel.btf import Btf
+    from futextrace.kernel.model import VMLINUX_BTF, _func_ids
+    ids = _func_ids(Btf.from_file(VMLINUX_BTF), ["bpf_map_elem"], "bpf_iter_")
+    if "bpf_map_elem" not in ids:
         raise Refused("this kernel's BTF has no bpf_iter_bpf_map_elem: no map iterators")
-    return int(m.group(1))
+    return ids["bpf_map_elem"]
 
 
 class MapIterator:
