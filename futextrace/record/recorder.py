@@ -51,11 +51,13 @@ class Recorder:
 
     def start(self):
         self.session.start()
+        # Attached, and a stop signal now ends the run with its recording (the
+        # session took them in start()): say so before the reader's imports.
+        self.session.announce()
         # The exporter's reader (numpy, the futexes map in batches): a -i row reads
         # arrays, never a dict per futex; the final recording reads as MapReader does.
         from futextrace.loading.maparrays import ArrayReader
         self.reader = ArrayReader(self.session.program)
-        self.session.announce()     # once ready: a stop signal now ends the run with its recording
 
     def run(self, until=None) -> float:
         """The session's poll loop, a -i row at each tick (TraceSession.run);
