@@ -4,10 +4,11 @@
 Two workloads, one after the other (futexbench, as footprint.py starts it):
 
   1024     futexbench -t 2 -f 1024: one 1,024-futex workload;
-  full     futexbench -t 2 -f 65536 -b 16384: the per-CPU `futexes` map
-           full (65,536 entries: its default size up to 13 CPUs, 16,384 at 32) and the
-           `buckets` map busy (the futexes beyond the map are counted per
-           bucket, 16,384 buckets).
+  full     futexbench -t 2 -f 65536 -b 16384: the per-futex list (the
+           `futexes_*` row table) full (65,536 rows: its default size up to
+           13 CPUs, 16,384 at 32) and the exact counts (`buckets_*`) busy
+           (the futexes beyond the list are counted per bucket, 16,384
+           buckets).
 
 For each, the exporter's recorder and collector run in this process, as
 `futextrace serve` runs them (all processes traced, tracepoint method unless
@@ -106,7 +107,7 @@ def in_process(bench: str, load: str, scrapes: int, method: str, settle: float,
                 sizes.append(len(page))
                 read.append(collector.stats["reads"] > reads0)
             time.sleep(SCRAPE_GAP)
-        entries = {name: _entries(rec.session.program.bpf[name]) for name in ("futexes", "buckets")}
+        entries = {name: _entries(rec.session.program.bpf[f"{name}_index"]) for name in ("futexes", "buckets")}
         collector.close()
         return {"cpu_ms": cpu, "bytes": nbytes, "page": sizes, "read": read, "entries": entries,
                 "ncpu": rec.session.program.ncpu_ids}
@@ -119,7 +120,7 @@ def in_process(bench: str, load: str, scrapes: int, method: str, settle: float,
 
 
 def _entries(table) -> int:
-    """Entries in a hash map now (one more batch read: not part of any scrape)."""
+    """Keys in a row table's index now (one more batch read: not part of any scrape)."""
     from futextrace.loading.batchread import lookup_batch
     batch = lookup_batch(table)
     return sum(1 for _ in table.keys()) if batch is None else batch[2]

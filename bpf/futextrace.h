@@ -55,8 +55,8 @@ enum ft_counter {
  * sum (futextrace/loading/exact.py, the one place that adds them up):
  *   futex_cache   struct cache_slot    the lookup cache: per CPU, one futex a slot
  *   bucket_cache   struct bucket_cache_slot   the per-bucket cache: per CPU, one bucket a slot
- *   futexes  futex_stat_key -> futex_stat   the bounded per-futex list
- *   buckets  bucket_key -> bucket_stat      the per-bucket map
+ *   futexes  futex_stat_key -> futex_stat   the bounded per-futex list (a row table, maps.h)
+ *   buckets  bucket_key -> bucket_stat      the per-bucket counts (a row table)
  * - An evicted lookup-cache slot goes to exactly one place: its futex's
  *   `futexes` entry if the slot had more than one lookup and the entry
  *   exists, else its bucket's `bucket_cache` slot (flush_slot).
@@ -72,9 +72,10 @@ enum ft_counter {
  * - A count no map can take (`buckets` full) is FTC_UNATTRIBUTED.
  */
 
-/* The exact counts: one entry per bucket a process's lookups went to (per
- * hash instance and NUMA node), the per-CPU hash `buckets`. Its size is
- * bounded by the hash sizes, not by how many futexes a process touches. */
+/* The exact counts: one row per bucket a process's lookups went to (per
+ * hash instance and NUMA node), the row table `buckets` (maps.h), with a
+ * stat per CPU. Its size is bounded by the hash sizes, not by how many
+ * futexes a process touches. */
 struct bucket_key {
 	u32 tgid;
 	u32 kind;             /* enum ft_kind */
@@ -98,8 +99,8 @@ struct bucket_stat {
  * FTC_FUTEXES_FULL). Each futex enters it at its first lookup (the flush
  * rule above; `seen` is a Bloom filter: SEEN_K bits in each of two 64-bit
  * words per key), so the list holds every futex while it has room. Its lookup counts
- * are lower bounds; the exact lookups are per bucket. A per-CPU hash so the
- * traced hot path shares no cache line.
+ * are lower bounds; the exact lookups are per bucket. A row table (maps.h)
+ * with a stat per CPU, so the traced hot path shares no cache line.
  * Three 8-byte words with no holes: the cache compares it word by word. */
 struct futex_stat_key {
 	u32 tgid;

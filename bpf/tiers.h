@@ -48,28 +48,27 @@ static __always_inline void add_bucket_stat(struct bucket_stat *bs, struct bucke
 	bs->unlisted += add->unlisted;
 }
 
-/* The exact counts' map: `add` added to its bucket in `buckets`, inserted
- * while the map has room (then counted as unattributed). */
+/* The exact counts: `add` added to its bucket's row, inserted while the
+ * table has room (then counted as unattributed). */
 static __always_inline void add_to_buckets(struct bucket_key *key, struct bucket_stat *add)
 {
 	struct bucket_key bk = *key;          /* on the stack: the helpers' key */
 	struct bucket_stat v = *add;
-	struct bucket_stat *bs = buckets.lookup(&bk);
-	if (bs) {
-		add_bucket_stat(bs, &v);
+	u32 row;
+	u32 *found = buckets_index.lookup(&bk);
+	if (found) {
+		row = *found;
+	} else if (flag_set(FTC_BUCKETS_FULL) || insert_bucket_row(&bk, &row)) {
+		if (!flag_set(FTC_BUCKETS_FULL))
+			set_flag(FTC_BUCKETS_FULL);
+		count_unattributed(bk.kind, v.lookups);
 		return;
 	}
-	if (!flag_set(FTC_BUCKETS_FULL)) {
-		if (!buckets.insert(&bk, &v))
-			return;
-		bs = buckets.lookup(&bk);   /* lost a race to another CPU's insert? */
-		if (bs) {
-			add_bucket_stat(bs, &v);
-			return;
-		}
-		set_flag(FTC_BUCKETS_FULL);
-	}
-	count_unattributed(bk.kind, v.lookups);
+	struct bucket_stat *bs = bucket_row(row);
+	if (bs)
+		add_bucket_stat(bs, &v);
+	else
+		count_unattributed(bk.kind, v.lookups);   /* a CPU beyond NR_CPU_IDS: cannot happen */
 }
 
 /* A lookup-cache slot's bucket and counts. */
@@ -97,30 +96,33 @@ static __always_inline int flush_to_futexes(struct cache_slot *cs, int may_inser
 {
 	if (may_insert && flag_set(FTC_FUTEXES_FULL))
 		return 0;
-	struct futex_stat *st = futexes.lookup(&cs->key);
-	if (!st && !may_insert)
-		return 0;
-	if (!st && futexes.insert(&cs->key, &cs->st) == 0)
-		return 1;
-	if (!st)
-		st = futexes.lookup(&cs->key);   /* lost a race to another insert? */
-	if (st) {
-		/* An insert fills only the inserting CPU's copy and zeroes the
-		 * others: a futex flushed here first since then (its thread
-		 * migrated) gets its bucket fields now, or user space would file
-		 * these lookups under bucket 0. */
-		if (!st->lookups) {
-			st->bucket = cs->st.bucket;
-			st->node = cs->st.node;
-			st->hash_mask = cs->st.hash_mask;
-			st->kernel_bucket = cs->st.kernel_bucket;
+	u32 row;
+	u32 *found = futexes_index.lookup(&cs->key);
+	if (found) {
+		row = *found;
+	} else {
+		if (!may_insert)
+			return 0;
+		if (insert_futex_row(&cs->key, &row)) {
+			set_flag(FTC_FUTEXES_FULL);
+			return 0;
 		}
-		st->lookups += cs->st.lookups;
-		st->atomic_lookups += cs->st.atomic_lookups;
-		return 1;
 	}
-	set_flag(FTC_FUTEXES_FULL);
-	return 0;
+	struct futex_stat *st = futex_row(row);
+	if (!st)
+		return 0;       /* a CPU beyond NR_CPU_IDS: cannot happen */
+	/* Each CPU's stat of a row starts at zero: the first flush of a futex
+	 * on this CPU (a new row, or its thread migrated here) gives it its
+	 * bucket fields, or user space would file these lookups under bucket 0. */
+	if (!st->lookups) {
+		st->bucket = cs->st.bucket;
+		st->node = cs->st.node;
+		st->hash_mask = cs->st.hash_mask;
+		st->kernel_bucket = cs->st.kernel_bucket;
+	}
+	st->lookups += cs->st.lookups;
+	st->atomic_lookups += cs->st.atomic_lookups;
+	return 1;
 }
 
 /* This CPU's slot of the per-bucket cache for a bucket: the hash instance

@@ -1,14 +1,14 @@
-"""Reading the futexes map fast enough to serve it every second: the
-batched strategy of loading/maps.py's MapReader.
+"""Reading a per-CPU hash (the bucket-lock waits, `lock_waits`) fast enough
+to serve it every second.
 
-The walk (maps.walk_futex_map) goes through the per-CPU hash one key at a
-time through BCC (a get-next-key and a lookup syscall per futex, and ctypes
-objects for every CPU's value): ~7 s for a full 65536-entry map on the 2-CPU build
-machine. Here the map comes out in a few BPF_MAP_LOOKUP_BATCH calls into one
-buffer, and keys and per-CPU values are unpacked with struct formats derived
-from BCC's ctypes view of bpf/futextrace.h (no second layout definition).
-Kernels that refuse batch lookups get the walk. (`futextrace serve` reads the
-same buffers as numpy arrays: loading/maparrays.py.)
+BCC's walk goes through a per-CPU hash one key at a time (a get-next-key and
+a lookup syscall per entry, and ctypes objects for every CPU's value): ~7 s
+for a full 65536-entry map on the 2-CPU build machine. Here the map comes out
+in a few BPF_MAP_LOOKUP_BATCH calls into one buffer, and keys and per-CPU
+values are unpacked with struct formats derived from BCC's ctypes view of
+bpf/futextrace.h (no second layout definition). Kernels that refuse batch
+lookups get the walk. (The per-futex list and the exact counts are row
+tables, read in place: loading/rowtables.py.)
 """
 from __future__ import annotations
 
@@ -106,24 +106,3 @@ def lookup_batch(table, buffers: BatchBuffers | None = None) -> tuple[memoryview
     # Views, not copies: a full map's buffers are megabytes, read every scrape.
     return (memoryview(keys).cast("B")[:ct.sizeof(table.Key) * total],
             memoryview(values).cast("B")[:ct.sizeof(table.Leaf) * total], total)
-
-
-def batch_futex_map(table) -> list[dict] | None:
-    """The `futexes` map's entries as maps.walk_futex_map gives them, read in
-    batches; None where the kernel has no batch lookup for it."""
-    batch = lookup_batch(table)
-    if batch is None:
-        return None
-    keys, values, n = batch
-    kfmt, knames = struct_format(table.Key)
-    sfmt, snames = struct_format(table.sLeaf)
-    ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
-    stat_fields = [snames.index(f) for f in ("lookups", "atomic_lookups", "bucket", "node", "kernel_bucket")]
-    key_fields = [knames.index(f) for f in ("tgid", "kind", "uaddr", "hash_mask")]
-    stats = [[v[i] for i in stat_fields] for v in struct.iter_unpack(sfmt, values)]
-    futexes = []
-    for i, k in enumerate(struct.iter_unpack(kfmt, keys)):
-        tgid, kind, uaddr, mask = (k[j] for j in key_fields)
-        futexes.append({"tgid": tgid, "kind": kind, "uaddr": uaddr, "hash_mask": mask,
-                        "per_cpu": stats[i * ncpu:(i + 1) * ncpu]})
-    return futexes

@@ -1,16 +1,16 @@
 """The maps as numpy arrays: the reader `futextrace serve` runs every scrape.
 
 ArrayReader is a MapReader (loading/maps.py: the same maps, the same
-interface, the `futexes` map read in batches) that also gives the exact
-per-bucket counts (the `buckets` map, the futexes map's share, the caches) as
-exact.BUCKET_FIELDS rows and the bounded per-futex list (the futexes map and
-the lookup cache) as numpy structured arrays with the layout of
-bpf/futextrace.h (BCC's ctypes view); export/summary.py turns them into what
-the exporter serves. The numpy functions here mirror loading/exact.py;
-tests/unit/test_exact.py checks that both agree.
+interface) that also gives the exact per-bucket counts (the `buckets` row
+table, the per-futex list's share, the caches) as exact.BUCKET_FIELDS rows
+and the bounded per-futex list (its row table and the lookup cache) as numpy
+structured arrays with the layout of bpf/futextrace.h (BCC's ctypes view);
+export/summary.py turns them into what the exporter serves. The numpy
+functions here mirror loading/exact.py; tests/unit/test_exact.py checks that
+both agree.
 
-Entries of processes the exporter forgot are deleted from the maps as they
-are read (a map filled with dead processes leaves no room for live ones and
+Rows of processes the exporter forgot are deleted from the tables as they
+are read (a table filled with dead processes leaves no room for live ones and
 makes every read longer); their lookups are kept in `deleted`, so the
 system-wide counters never go backwards.
 """
@@ -21,16 +21,17 @@ import ctypes as ct
 import numpy as np
 
 from futextrace.kernel.layout import KIND
-from futextrace.loading import bcclite, exact, lockwaits, nodebuckets
+from futextrace.loading import exact, lockwaits, nodebuckets
 from futextrace.loading.batchread import BatchBuffers, lookup_batch
-from futextrace.loading.maps import MapReader, batched_futex_map, bucket_entry, walk_futex_map
+from futextrace.loading.maps import MapReader
+from futextrace.loading.rowtables import RowTable
 
 KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")   # a futex's key (exact.futex_key)
 
 
 class ArrayReader(MapReader):
     def __init__(self, program):
-        super().__init__(program, futex_read=batched_futex_map)
+        super().__init__(program)
         self.deleted = {"private": 0, "atomic": 0, "global": 0}   # lookups of deleted entries
         self._map_share = np.zeros((0, len(exact.BUCKET_FIELDS)), dtype=np.uint64)
         self._cache_share = self._map_share
@@ -137,21 +138,11 @@ class ArrayReader(MapReader):
         return merged_list(*self._futex_tiers(forgotten))
 
     def _futex_tiers(self, forgotten: set[int]):
-        """The map's keys, per-CPU stats and entry_totals; the cache's used
+        """The per-futex list's keys, per-CPU stats and entry_totals; the cache's used
         slots' keys and stats (one CPU's each, its number in `cpu`)."""
-        table = self.program.bpf["futexes"]
-        kd, sd = self._dtype("futexes.Key", table.Key), self._dtype("futexes.sLeaf", table.sLeaf)
-        ncpu = ct.sizeof(table.Leaf) // ct.sizeof(table.sLeaf)
-        batch = self._batch(table)
-        if batch is None:   # no batch lookups: BCC's walk, into the same arrays
-            keys, stats = futex_arrays_of(walk_futex_map(table), kd, sd, ncpu)
-            kb = keys.tobytes()
-            self.bytes_read["syscall"] += len(keys) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
-        else:
-            kb, vb, n = batch
-            keys = np.frombuffer(kb, dtype=kd, count=n)
-            stats = np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
-        keys, stats = self._delete_forgotten(table, kb, keys, stats, forgotten)
+        table = self.rows("futexes")
+        kd, sd = table.key_dtype, table.stat_dtype
+        keys, stats = self._read_rows(table, forgotten)
         totals = entry_totals(stats)
         self._map_share = futex_share_columns(keys, stats, totals)   # the map's share of the exact counts
         return (keys, stats, totals, *self._cache_slots(kd, sd))
@@ -180,24 +171,31 @@ class ArrayReader(MapReader):
         stats["cpu"] = used // self.program.futex_cache_slots
         return keys, stats
 
-    def _delete_forgotten(self, table, kb: bytes, keys, stats, forgotten: set[int]):
-        """Delete the futexes of forgotten processes from the map, their
-        lookups added to `deleted` (the map holds exact counts: the flush rule
-        in bpf/futextrace.h sends a cache slot to it or to `bucket_cache`, never both); the arrays without them."""
+    def _read_rows(self, table: RowTable, forgotten: set[int]) -> tuple[np.ndarray, np.ndarray]:
+        """A row table's keys and per-CPU stats (rows, ncpu), the rows of
+        `forgotten` processes deleted (their lookups added to `deleted`: the
+        tables hold exact counts, the flush rule in bpf/futextrace.h sends a
+        count to one tier only) and those deleted earlier given back, the
+        lookups counted into them since then added to `deleted` too."""
+        for keys, lookups, atomic in table.give_back():
+            self._count_deleted_rows(keys, lookups, atomic)
+        rows, keys, stats = table.read()
+        self._scanned(table)
         if not forgotten:
             return keys, stats
-        gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))
-        lib = bcclite.lib()
-        for i in np.flatnonzero(gone).tolist():
-            key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
-            if lib.bpf_delete_elem(table.map_fd, ct.byref(key)) != 0:
-                gone[i] = False   # already gone: counted as read, dropped at the next read
-        lookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
-        atomic = stats["atomic_lookups"].sum(axis=1, dtype=np.uint64)
-        for kind in np.unique(keys["kind"][gone]).tolist():
-            sel = gone & (keys["kind"] == kind)
+        gone = np.flatnonzero(np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64)))
+        done = table.delete(rows[gone], keys[gone], stats[gone])
+        gone = gone[done]         # a key not there any more: dropped at the next read
+        self._count_deleted_rows(keys[gone], stats["lookups"][gone].sum(axis=1, dtype=np.uint64),
+                                 stats["atomic_lookups"][gone].sum(axis=1, dtype=np.uint64))
+        keep = np.ones(len(keys), dtype=bool)
+        keep[gone] = False
+        return keys[keep], stats[keep]
+
+    def _count_deleted_rows(self, keys: np.ndarray, lookups: np.ndarray, atomic: np.ndarray) -> None:
+        for kind in np.unique(keys["kind"]).tolist():
+            sel = keys["kind"] == kind
             self._count_deleted(kind, int(lookups[sel].sum()), int(atomic[sel].sum()))
-        return keys[~gone], stats[~gone]
 
     def bucket_columns(self, forgotten: set[int]) -> np.ndarray:
         """The exact per-bucket counts, one exact.BUCKET_FIELDS row per line of a
@@ -207,25 +205,10 @@ class ArrayReader(MapReader):
         numpy by futex_list(), which must run first), and the per-bucket
         cache's slots not yet flushed. Rows of one bucket are added by whoever
         groups them, so their order is free."""
-        table = self.program.bpf["buckets"]
-        batch = self._batch(table)
-        if batch is None:   # no batch lookups: BCC's walk
-            bmap = self._walk_bucket_map(table, forgotten)
-        else:
-            kb, _, n = batch
-            keys, stats = self._bucket_arrays(table, batch)
-            lookups, atomic, unlisted = (stats[f].sum(axis=1, dtype=np.uint64)
-                                         for f in ("lookups", "atomic_lookups", "unlisted"))
-            gone = np.zeros(n, dtype=bool)
-            if forgotten:
-                gone = np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64))
-                for i in np.flatnonzero(gone).tolist():
-                    key = table.Key.from_buffer_copy(kb, i * keys.itemsize)
-                    self._count_deleted(int(keys["kind"][i]), int(lookups[i]), int(atomic[i]))
-                    del table[key]
-            k = keys[~gone]
-            bmap = _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], lookups[~gone], atomic[~gone],
-                            unlisted[~gone])
+        k, stats = self._read_rows(self.rows("buckets"), forgotten)
+        lookups, atomic, unlisted = (stats[f].sum(axis=1, dtype=np.uint64)
+                                     for f in ("lookups", "atomic_lookups", "unlisted"))
+        bmap = _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], lookups, atomic, unlisted)
         # The futexes map's share first: its rows keep their places from one read to the next
         # (summary.SortHint), the buckets map's move when one is inserted.
         return np.concatenate([self._map_share, bmap, self._cache_share, self._bucket_cache_share()])
@@ -238,16 +221,8 @@ class ArrayReader(MapReader):
         keys, stats, totals, ck, cs = self._futex_tiers(set())
         futexes = merged_list(keys, stats, totals, ck, cs)
         tiers = [nodebuckets.futex_map_tier(keys, stats), nodebuckets.futex_cache_tier(ck, cs)]
-        table = self.program.bpf["buckets"]
-        batch = self._batch(table)
-        if batch is None:   # no batch lookups: BCC's walk
-            items = list(table.items())
-            self.bytes_read["syscall"] += len(items) * (2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf))
-            bkeys = np.frombuffer(b"".join(bytes(k) for k, _ in items), dtype=self._dtype("buckets.Key", table.Key))
-            blookups = np.array([sum(v.lookups for v in vals) for _, vals in items], dtype=np.uint64)
-        else:
-            bkeys, stats = self._bucket_arrays(table, batch)
-            blookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
+        bkeys, stats = self._read_rows(self.rows("buckets"), set())
+        blookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
         slots = self._bucket_cache_slots()
         tiers += [nodebuckets.bucket_tier(bkeys, blookups), nodebuckets.bucket_tier(slots["key"], slots["st"]["lookups"])]
         return futexes, nodebuckets.group(tiers)
@@ -260,25 +235,6 @@ class ArrayReader(MapReader):
         out["PRIVATE"][0] += int(buckets["lookups"][private].sum())
         out["GLOBAL"][0] += int(buckets["lookups"][~private].sum())
         return out
-
-    def _walk_bucket_map(self, table, forgotten: set[int]) -> np.ndarray:
-        kept = []
-        for k, vals in table.items():
-            self.bytes_read["syscall"] += 2 * ct.sizeof(table.Key) + ct.sizeof(table.Leaf)
-            if k.tgid in forgotten:
-                self._count_deleted(k.kind, sum(v.lookups for v in vals), sum(v.atomic_lookups for v in vals))
-                del table[k]
-                continue
-            kept.append(bucket_entry(k, vals))
-        return np.array(exact.bucket_rows(kept), dtype=np.uint64).reshape(-1, len(exact.BUCKET_FIELDS))
-
-    def _bucket_arrays(self, table, batch) -> tuple[np.ndarray, np.ndarray]:
-        """The `buckets` map's keys and per-CPU stats (n, ncpu) in a batch read."""
-        kb, vb, n = batch
-        keys = np.frombuffer(kb, dtype=self._dtype("buckets.Key", table.Key), count=n)
-        sd = self._dtype("buckets.sLeaf", table.sLeaf)
-        ncpu = ct.sizeof(table.Leaf) // sd.itemsize
-        return keys, np.frombuffer(vb, dtype=sd, count=n * ncpu).reshape(n, ncpu)
 
     def _bucket_cache_slots(self) -> np.ndarray:
         """The per-bucket cache's used slots (copies), read through its memory mapping."""

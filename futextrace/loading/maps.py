@@ -1,14 +1,14 @@
 """The one reader of a loaded Program's maps (and of what the kernel counts
-about it), as plain data: the per-CPU counters, every bucket of the `buckets`
-map (the exact counts), every futex of the bounded `futexes` map, the per-CPU
-caches in front of both, the first-seen filter, the bucket-lock waits, and
-probe runs the kernel skipped. The tracing session (record/session.py) only
-attaches, polls and closes; `record` and `serve` read through a MapReader.
+about it), as plain data: the per-CPU counters, every bucket of the exact
+counts (the `buckets_*` row table), every futex of the bounded per-futex list
+(`futexes_*`), the per-CPU caches in front of both, the first-seen filter,
+the bucket-lock waits, and probe runs the kernel skipped. The tracing session
+(record/session.py) only attaches, polls and closes; `record` and `serve`
+read through a MapReader.
 
-Its strategies: the caches and the first-seen filter are read through their
-memory mappings; the `futexes` map is walked through BCC (walk_futex_map) or
-read in batches (batched_futex_map, loading/batchread.py). `serve` reads the
-same maps into numpy arrays (loading/maparrays.py's ArrayReader).
+The caches, the first-seen filter and the row tables (loading/rowtables.py)
+are read through their memory mappings. `serve` reads the same maps into
+numpy arrays (loading/maparrays.py's ArrayReader).
 
 The layouts come from BCC's ctypes view of bpf/futextrace.h; the plain data is
 what record/aggregate.py documents and turns into a recording.
@@ -23,32 +23,21 @@ import numpy as np
 
 from futextrace.kernel.layout import COUNTER, KIND
 from futextrace.loading import callsites, exact, lockwaits
-from futextrace.loading.batchread import batch_futex_map
-from futextrace.loading.loader import SEEN_K, SEEN_WORDS_PER_KEY
+from futextrace.loading.loader import MAX_BUCKETS, SEEN_K, SEEN_WORDS_PER_KEY
+from futextrace.loading.rowtables import ROWS_BUCKETS, ROWS_FUTEXES, RowTable
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-
-
-def walk_futex_map(table) -> list[dict]:
-    """The `futexes` map's entries through BCC's walk, a key at a time."""
-    return [futex_entry(k, vals) for k, vals in table.items()]
-
-
-def batched_futex_map(table) -> list[dict]:
-    """The same entries in a few BPF_MAP_LOOKUP_BATCH calls (loading/batchread.py),
-    walked where the kernel has no batch lookup for the map."""
-    futexes = batch_futex_map(table)
-    return walk_futex_map(table) if futexes is None else futexes
+FUTEX_STAT_FIELDS = ("lookups", "atomic_lookups", "bucket", "node", "kernel_bucket")   # futex_entry's per_cpu
+BUCKET_STAT_FIELDS = ("lookups", "atomic_lookups", "kernel_checked", "unlisted")      # bucket_entry's per_cpu
 
 
 class MapReader:
-    """Reads one loaded Program's maps; close() drops the memory mappings.
-    `futex_read`: how the `futexes` map is read (walk_futex_map, batched_futex_map)."""
+    """Reads one loaded Program's maps; close() drops the memory mappings."""
 
-    def __init__(self, program, futex_read=walk_futex_map):
+    def __init__(self, program):
         self.program = program
-        self.futex_read = futex_read
         self._maps: dict[str, mmap.mmap] = {}     # memory mappings of the caches and the filter
+        self._rows: dict[str, RowTable] = {}      # the row tables, mapped at the first read
         self._seen_last: tuple[np.ndarray, float] | None = None   # the filter's words at the last read, and its rate
         # Bytes read from the maps, cumulative: copied by bpf(2) (the buffers it filled),
         # and scanned through memory mappings (no copy by the kernel).
@@ -75,6 +64,21 @@ class MapReader:
     def close(self) -> None:
         while self._maps:
             self._maps.popitem()[1].close()
+        while self._rows:
+            self._rows.popitem()[1].close()
+
+    def rows(self, name: str) -> RowTable:
+        """The row table `futexes` or `buckets` (bpf/maps.h), mapped once."""
+        if name not in self._rows:
+            which, size = ((ROWS_FUTEXES, self.program.max_futexes) if name == "futexes"
+                           else (ROWS_BUCKETS, MAX_BUCKETS))
+            self._rows[name] = RowTable(self.program, name, which, size)
+        return self._rows[name]
+
+    def _scanned(self, table: RowTable) -> None:
+        """Count the bytes a row table's reads scanned since the last call."""
+        self.bytes_read["mapping"] += table.bytes_scanned
+        table.bytes_scanned = 0
 
     def counters(self, buckets: list[dict]) -> dict[str, list[int]]:
         """Per-CPU counters. The BPF side counts in PRIVATE and GLOBAL only the
@@ -101,8 +105,14 @@ class MapReader:
                                     self.program.ncpu_ids)
 
     def bucket_map(self) -> list[dict]:
-        """The `buckets` map's entries (not the caches), as bucket entries."""
-        return [bucket_entry(k, vals) for k, vals in self.program.bpf["buckets"].items()]
+        """The exact counts' rows (not the caches), as bucket entries."""
+        table = self.rows("buckets")
+        _, keys, stats = table.read()
+        self._scanned(table)
+        per_cpu = np.stack([stats[f].astype(np.int64) for f in BUCKET_STAT_FIELDS], axis=-1).tolist()
+        names = ("tgid", "kind", "hash_mask", "bucket", "node")
+        return [{**dict(zip(names, k)), "per_cpu": v}
+                for k, v in zip(zip(*(keys[f].tolist() for f in names)), per_cpu)]
 
     def cached_bucket_rows(self):
         """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked, unlisted])
@@ -169,8 +179,14 @@ class MapReader:
                 "words_per_key": SEEN_WORDS_PER_KEY, "false_positive_rate": rate}
 
     def futex_map(self) -> list[dict]:
-        """The `futexes` map's entries (not the cache), as plain data: part of the exact counts."""
-        return self.futex_read(self.program.bpf["futexes"])
+        """The per-futex list's rows (not the cache), as plain data: part of the exact counts."""
+        table = self.rows("futexes")
+        _, keys, stats = table.read()
+        self._scanned(table)
+        per_cpu = np.stack([stats[f].astype(np.int64) for f in FUTEX_STAT_FIELDS], axis=-1).tolist()
+        names = ("tgid", "kind", "uaddr", "hash_mask")
+        return [{**dict(zip(names, k)), "per_cpu": v}
+                for k, v in zip(zip(*(keys[f].tolist() for f in names)), per_cpu)]
 
     def futexes(self, futex_map: list[dict]) -> list[dict]:
         """Per-futex counts: `futex_map` (futex_map()'s output) and the lookup
@@ -211,16 +227,10 @@ class MapReader:
 
 
 def futex_entry(k, per_cpu_vals) -> dict:
-    """A `futexes` map entry (its key and per-CPU futex_stat) as a futex entry."""
+    """A futex's key and per-CPU futex_stat (ctypes: a lookup-cache slot's) as a futex entry."""
     return {"tgid": k.tgid, "kind": k.kind, "uaddr": k.uaddr, "hash_mask": k.hash_mask,
             "per_cpu": [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket]
                         for v in per_cpu_vals]}
-
-
-def bucket_entry(k, per_cpu_vals) -> dict:
-    """A `buckets` map entry (its key and per-CPU bucket_stat) as a bucket entry."""
-    return {"tgid": k.tgid, "kind": k.kind, "hash_mask": k.hash_mask, "bucket": k.bucket, "node": k.node,
-            "per_cpu": [[v.lookups, v.atomic_lookups, v.kernel_checked, v.unlisted] for v in per_cpu_vals]}
 
 
 def _kprobe_profile_misses(tag: str) -> int:

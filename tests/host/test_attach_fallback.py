@@ -35,7 +35,7 @@ def test_refused_tp_btf_falls_back_to_a_raw_tracepoint(monkeypatch):
         # Counting works on the recompiled programs: the workload's futexes appear.
         subprocess.run([str(workload_path()), "-t", "2", "-n", "1000"], check=True,
                        capture_output=True, timeout=60)
-        assert len(prog.bpf["futexes"].items()) + len(list(cache_slots_used(prog))) > 0
+        assert len(prog.bpf["futexes_index"].items()) + len(list(cache_slots_used(prog))) > 0
 
 
 def cache_slots_used(prog):

@@ -1,10 +1,10 @@
-"""The map reader's strategies on the real kernel: the batched read of the
-futexes map (loading/batchread.py) against BCC's own key-by-key walk of the
-same map (both must give the same entries and per-CPU values); and the
-exporter's lean reading (loading/maparrays.py, export/summary.py) against the
+"""The map reader on the real kernel: the row tables (bpf/maps.h,
+loading/rowtables.py) read back what the test wrote into them through
+bpf(2); and the exporter's lean reading (loading/maparrays.py, export/summary.py) against the
 full recording (record/assemble.py) of the same stopped workloads."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -18,46 +18,67 @@ pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="needs BTF")]
 
 
-def walk(table) -> dict:
-    return {(k.tgid, k.kind, k.uaddr, k.hash_mask):
-            [[v.lookups, v.atomic_lookups, v.bucket, v.node, v.kernel_bucket] for v in vals]
-            for k, vals in table.items()}
+def write_rows(bpf, name: str, rows: dict[int, tuple], ncpu: int, max_rows: int, which: int) -> None:
+    """Fill a row table (bpf/maps.h) as BPF would: each row's key, its index
+    entry, each CPU's stat at [cpu * max_rows + row], and row_next past them.
+    `rows`: row -> (key fields, [per-CPU stat fields])."""
+    index, keys, stats = bpf[f"{name}_index"], bpf[f"{name}_keys"], bpf[f"{name}_stats"]
+    for row, (key, per_cpu) in rows.items():
+        keys[ctypes.c_uint32(row)] = keys.Leaf(**key)
+        index[index.Key(**key)] = ctypes.c_uint32(row)
+        for cpu, stat in enumerate(per_cpu):
+            stats[ctypes.c_uint32(cpu * max_rows + row)] = stats.Leaf(**stat)
+    bpf["row_next"][ctypes.c_uint32(which)] = ctypes.c_uint64(max(rows) + 1)
 
 
-def test_batched_read_equals_the_bcc_walk():
-    """The futexes map filled here, 12000 entries with distinct per-CPU values
-    (the traced hot path lists only futexes with repeated lookups while cached,
-    so a workload would not fill it reliably), read both ways."""
-    from futextrace.loading.maps import MapReader, batched_futex_map
+def test_row_tables_read_back_what_was_written():
+    """The per-futex list and the exact counts' row tables filled here with
+    12,000 and 3,000 rows of distinct per-CPU values (the traced hot path
+    lists only futexes with repeated lookups while cached, so a workload would
+    not fill them reliably), some rows left without lookups as a given-back
+    row is: MapReader reads back exactly the rows with lookups, per CPU."""
+    from futextrace.loading.loader import MAX_BUCKETS
+    from futextrace.loading.maps import MapReader
+    from futextrace.loading.rowtables import ROWS_BUCKETS, ROWS_FUTEXES
     from futextrace.record.session import RecordOptions, TraceSession
     rec = reader = None
+    pid = 0x7ffffff0     # no such process: nothing traced adds rows of it
     try:
-        rec = TraceSession(RecordOptions(pids=[os.getpid()], method="tracepoint", announce=False))
+        # A process that makes no futex call: the tables hold only what is written here.
+        sleeper = subprocess.Popen(["sleep", "60"])
+        rec = TraceSession(RecordOptions(pids=[sleeper.pid], method="tracepoint", announce=False))
         rec.start()
-        reader = MapReader(rec.program, futex_read=batched_futex_map)
-        table = rec.program.bpf["futexes"]
-        ncpu = len(table.Leaf()) if hasattr(table.Leaf(), "__len__") else 1
+        reader = MapReader(rec.program)
+        ncpu, nf = rec.program.ncpu_ids, rec.program.max_futexes
+        futexes = {}
         for i in range(12000):
-            key = table.Key(tgid=os.getpid(), kind=1, uaddr=0x7f0000000000 + 4 * i, hash_mask=63)
-            vals = table.Leaf()
-            for cpu in range(ncpu):
-                vals[cpu].lookups = i * 7 + cpu + 1
-                vals[cpu].atomic_lookups = cpu
-                vals[cpu].bucket = i % 64
-                vals[cpu].node = -1
-                vals[cpu].hash_mask = 63
-                vals[cpu].kernel_bucket = 0xFFFFFFFF
-            table[key] = vals
-        fast = {(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"]): f["per_cpu"]
-                for f in reader.futex_map()}   # the map alone: the per-CPU cache is read the same way by both
-        slow = walk(table)
-        assert len(slow) >= 12000 and {k[0] for k in slow} == {os.getpid()}
-        assert fast == slow
+            key = dict(tgid=pid, kind=1, uaddr=0x7f0000000000 + 4 * i, hash_mask=63)
+            stats = [dict(lookups=0 if i % 1000 == 7 else i * 7 + cpu + 1, atomic_lookups=cpu,
+                          bucket=i % 64, node=-1, hash_mask=63, kernel_bucket=0xFFFFFFFF) for cpu in range(ncpu)]
+            futexes[i] = (key, stats)
+        write_rows(rec.program.bpf, "futexes", futexes, ncpu, nf, ROWS_FUTEXES)
+        buckets = {i: (dict(tgid=pid, kind=0, hash_mask=4095, bucket=i, node=-1),
+                       [dict(lookups=i + cpu + 1, atomic_lookups=cpu, kernel_checked=0, unlisted=i % 3)
+                        for cpu in range(ncpu)]) for i in range(3000)}
+        write_rows(rec.program.bpf, "buckets", buckets, ncpu, MAX_BUCKETS, ROWS_BUCKETS)
+
+        got = {(f["tgid"], f["kind"], f["uaddr"], f["hash_mask"]): f["per_cpu"] for f in reader.futex_map()}
+        want = {(k["tgid"], k["kind"], k["uaddr"], k["hash_mask"]):
+                [[s["lookups"], s["atomic_lookups"], s["bucket"], s["node"], s["kernel_bucket"]] for s in st]
+                for k, st in futexes.values() if st[0]["lookups"]}
+        assert len(want) == 12000 - 12 and got == want
+        got = {(b["tgid"], b["kind"], b["hash_mask"], b["bucket"], b["node"]): b["per_cpu"]
+               for b in reader.bucket_map()}
+        want = {tuple(k.values()): [[s["lookups"], s["atomic_lookups"], s["kernel_checked"], s["unlisted"]]
+                                    for s in st] for k, st in buckets.values()}
+        assert got == want
     finally:
         if reader is not None:
             reader.close()
         if rec is not None:
             rec.close()
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_lean_reading_equals_the_full_recordings():

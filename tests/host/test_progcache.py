@@ -77,14 +77,14 @@ def test_replayed_instructions_are_the_compiled_ones(compiled):
     for name in names:
         assert by_map_name(again.dump_func(name), again, maps) == by_map_name(full.dump_func(name), full, maps), name
     # The replay's maps are its own, not the first object's.
-    assert again[b"futexes"].map_fd != full[b"futexes"].map_fd
+    assert again[b"futexes_index"].map_fd != full[b"futexes_index"].map_fd
 
 
 def test_an_entry_whose_maps_cannot_be_made_is_compiled_again(compiled, tmp_path):
     compiled().cleanup()
     (entry_path,) = (tmp_path / "prog").glob("*.json")
     entry = json.loads(entry_path.read_text())
-    (futexes,) = [t for t in entry["tables"] if t["name"] == "futexes"]
+    (futexes,) = [t for t in entry["tables"] if t["name"] == "futexes_index"]
     futexes["type"] = 9999                       # no such map type: BPF_MAP_CREATE refuses it
     entry_path.write_text(json.dumps(entry))
     assert compiled().compile_cache == "stale"
