@@ -5,11 +5,12 @@ import importlib
 import signal
 import sys
 
-from futextrace.loading import earlymaps
+from futextrace.loading import earlyprograms
 
-# Before the imports: a warm start's big maps take the kernel longer to create
-# than Python takes to import what the command needs (loading/earlymaps.py).
-earlymaps.start_from_command_line(sys.argv)
+# Before the imports: a warm start's big maps take the kernel longer to create,
+# and its programs the verifier longer to check, than Python takes to import
+# what the command needs (loading/earlymaps.py, loading/earlyprograms.py).
+earlyprograms.start_from_command_line(sys.argv)
 
 import click  # noqa: E402
 

@@ -534,6 +534,7 @@ class Recording(TypedDict, total=False):
     attach_phases_s: AttachPhases
     compile_cache: str
     early_maps: int      # maps the command line began creating before its imports (loading/earlymaps.py)
+    early_programs: int  # tp_btf programs it began loading there too, taken by this start (loading/earlyprograms.py)
     error: str
     target_exited: TargetExited
 

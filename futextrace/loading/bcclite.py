@@ -28,7 +28,7 @@ import types
 import warnings
 from pathlib import Path
 
-from futextrace.loading import bpfsys, cachefiles, earlymaps
+from futextrace.loading import bpfsys, cachefiles, earlymaps, earlyprograms
 
 LIBRARY = "libbcc_bpf.so.0"
 # The line of bcc/libbcc.py that loads the compiler's library (BCC 0.1x to 0.3x).
@@ -55,6 +55,13 @@ class CachedModule:
         self.license = entry["license"].encode()
         self.kern_version = entry["kern_version"]
         self.fds: list[int] = []
+        self.early_programs: dict[tuple[str, int], int] = {}   # (function, BTF id) -> fd, loaded early
+        # The whole entry, its tp_btf programs loaded, where the command line
+        # began replaying this very entry before its imports (earlyprograms).
+        early_entry = earlyprograms.claim(entry)
+        if early_entry is not None:
+            self.fds, self.early_programs, self.early_maps = early_entry
+            return
         # The big ones the command line began creating before its imports
         # (earlymaps); the rest at once, a thread each up to the CPU count
         # (the system call lets go of the GIL).
@@ -76,6 +83,8 @@ class CachedModule:
             raise failed
 
     def destroy(self) -> None:
+        while self.early_programs:
+            os.close(self.early_programs.popitem()[1])
         while self.fds:
             os.close(self.fds.pop())
 
@@ -109,6 +118,12 @@ def _module(handle) -> CachedModule:
 def early_maps(handle) -> int:
     """How many of its maps a module register() handed out took from earlymaps."""
     return _module(handle).early_maps
+
+
+def take_early_program(handle, function: str, btf_id: int) -> int | None:
+    """The fd of `function` loaded for `btf_id` before the imports
+    (earlyprograms), now the caller's; or None."""
+    return _module(handle).early_programs.pop((function, btf_id), None)
 
 
 def fds_by_name(handle) -> dict[str, int]:

@@ -93,7 +93,7 @@ def _valid(spec) -> bool:
             and spec[1] in PREALLOCATED_HASHES and 0 < spec[4] <= MOST_ENTRIES)
 
 
-def _read_hint() -> dict:
+def read_hint() -> dict:
     """The hint file, if this user wrote it (cachefiles.read_trusted)."""
     data = cachefiles.read_trusted(hint_path(), HINT_MAX_BYTES)
     try:
@@ -109,7 +109,7 @@ def start(command: str) -> None:
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE") or _command is not None:
         return
     _command = command
-    specs = _read_hint().get(command)
+    specs = read_hint().get(command)
     if not isinstance(specs, list):
         return
     wanted = [tuple(spec) for spec in specs[:MOST_MAPS] if _valid(spec)]
@@ -117,19 +117,37 @@ def start(command: str) -> None:
         _begin(list(dict.fromkeys(wanted)))
 
 
-def start_from_command_line(argv: list[str]) -> None:
+def start_from_command_line(argv: list[str]) -> str | None:
     """start() for the `futextrace` command itself (its console script or
-    `python -m futextrace.cli`), not for a program that imports the CLI."""
+    `python -m futextrace.cli`), not for a program that imports the CLI; the
+    command started, or None."""
     entry = os.path.basename(argv[0]) if argv else ""
     if (entry in ("futextrace", "cli.py") and len(argv) > 1 and argv[1] in LOADING_COMMANDS
             and not {"-h", "--help"} & set(argv)):
         start(argv[1])
+        return argv[1]
+    return None
+
+
+def command() -> str | None:
+    """The command this process started early maps for (start()), if any."""
+    return _command
+
+
+def pending(spec: tuple) -> "_EarlyMap | None":
+    """The early map being made for `spec`, still earlymaps' (earlyprograms
+    waits for it, and takes it with claim_spec only with its whole entry)."""
+    return _early.get(spec)
+
+
+def claim_spec(spec: tuple) -> "_EarlyMap | None":
+    return _early.pop(spec, None)
 
 
 def claim(table: dict) -> "_EarlyMap | None":
     """The early map made for exactly `table`, now the caller's (its
     result(): the fd, or None where the kernel refused it); or None."""
-    return _early.pop(spec_of(table), None)
+    return claim_spec(spec_of(table))
 
 
 def close_untaken() -> None:
@@ -150,8 +168,14 @@ def remember(tables: list[dict], command: str | None = None, ncpus: int | None =
         return
     ncpus = ncpus or os.cpu_count() or 1
     specs = [list(spec_of(t)) for t in tables if is_big(t, ncpus)][:MOST_MAPS]
-    hint = _read_hint()
-    if hint.get(command) == specs:
+    update_hint(command, specs)
+
+
+def update_hint(key: str, value) -> None:
+    """Set one key of the hint file, written only when it changed (best
+    effort: an unwritable cache costs the next start its head start)."""
+    hint = read_hint()
+    if hint.get(key) == value:
         return
-    hint[command] = specs
+    hint[key] = value
     cachefiles.write_atomic(hint_path(), json.dumps(hint).encode())

@@ -17,7 +17,7 @@ from futextrace.errors import EnvironmentProblem, KernelRefused
 from futextrace.kernel.headers import bcc_environment
 from futextrace.kernel.layout import bpf_dir, header_text
 from futextrace.kernel.topology import node_macros, nr_cpu_ids
-from futextrace.loading import lockwaits, fentry, kprobes, preconditions, tpbtf
+from futextrace.loading import earlymaps, earlyprograms, lockwaits, fentry, kprobes, preconditions, tpbtf
 from futextrace.loading.bpfsys import BPF_PROG_TYPE_RAW_TRACEPOINT, prog_stats
 from futextrace.loading.callsites import call_site_macros
 from futextrace.loading.lockwaits import lockwait_macros
@@ -379,12 +379,15 @@ class Program:
         atexit.register(self.close)
         t1 = time.monotonic()
         t1_ns = time.monotonic_ns()
-        tpbtf.prefetch(self._bpf, self._tp_btf_programs(model, contention))
+        early = self._tp_btf_programs(model, contention)
+        tpbtf.prefetch(self._bpf, early)
         self._fill_filters()
         self.probes = self._attach_method(model)
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
             self.counting_from = (t1_ns, time.monotonic_ns())
         self.contention = self._attach_contention(model) if contention else "not asked for"
+        if self._bpf.cache_entry_name:    # the next start of this command loads them before its imports
+            earlyprograms.remember(earlymaps.command(), self._bpf.cache_entry_name, early)
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
         release_freed_heap()
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from futextrace.kernel import modelcache
 from futextrace.kernel.model import VMLINUX_BTF
-from futextrace.loading import bcclite, bpfsys, cachefiles, earlymaps
+from futextrace.loading import bcclite, bpfsys, cachefiles, earlymaps, earlyprograms
 
 FORMAT = 3                   # 2: built_for recorded and checked; 3: maps described in full (sizes)
 LD_IMM64 = 0x18              # BPF_LD | BPF_IMM | BPF_DW: the only insn that carries a map
@@ -311,6 +311,7 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
         b = _compile(text, cflags, attach)
         b.compile_cache, b.cacheable, b.early_maps, b.map_tables = "off", False, 0, None
+        b.cache_entry_name = None
         return b
     made_for = built_for(text, cflags, header)      # read once: the key and the check are both of it
     path = cache_dir() / f"{key_of(made_for)}.json"
@@ -319,9 +320,12 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
     if entry is not None and mismatch(entry, made_for):
         entry, status = None, "mismatch"
     b = _replay(entry, attach) if entry is not None else None
-    earlymaps.close_untaken()      # what the replay did not take; a compile creates its own
+    # What the replay did not take; a compile creates its own. The programs
+    # first: their thread may still be waiting on an early map.
+    earlyprograms.close_untaken()
+    earlymaps.close_untaken()
     if b is not None:
-        b.compile_cache, b.cacheable = "hit", True
+        b.compile_cache, b.cacheable, b.cache_entry_name = "hit", True, path.name
         b.early_maps, b.map_tables = bcclite.early_maps(b.module), entry["tables"]
         earlymaps.remember(entry["tables"])
         return b
@@ -333,6 +337,7 @@ def compile_program(text: str, cflags: list[str], header: str, method: str = "",
         write_entry(path, fresh)
         earlymaps.remember(fresh["tables"])
     b.compile_cache, b.early_maps = status, 0
+    b.cache_entry_name = path.name if fresh is not None else None
     b.map_tables = fresh["tables"] if fresh is not None else None
     b.cacheable = fresh is not None
     return b

@@ -17,6 +17,7 @@ import struct
 from futextrace.loading.bpfsys import (BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_RAW_TRACEPOINT_OPEN, BPF_TRACE_RAW_TP,
                                        bpf, load_tracing)
 from futextrace.errors import KernelRefused
+from futextrace.loading import bcclite
 
 def attach(bcc, fn_name: str, btf_id: int) -> tuple[int, int]:
     """Load BCC function `fn_name` as tp_btf on the tracepoint whose
@@ -51,11 +52,28 @@ def prefetch(bcc, wanted: list[tuple[str, int]]) -> None:
     nothing took is closed by drop_prefetched()."""
     if not wanted:
         return
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
+    bcc._ft_prefetched = {}
+    for fn, btf_id in wanted:     # those the command line loaded before its imports (earlyprograms)
+        fd = early_program(bcc, fn, btf_id)
+        if fd is not None:
+            bcc._ft_prefetched[(fn, btf_id)] = Future()
+            bcc._ft_prefetched[(fn, btf_id)].set_result(fd)
+    bcc.early_programs = len(bcc._ft_prefetched)
+    wanted = [w for w in wanted if w not in bcc._ft_prefetched]
+    if not wanted:
+        return
     pool = ThreadPoolExecutor(max_workers=max(1, min(len(wanted), os.cpu_count() or 1)))
-    bcc._ft_prefetched = {(fn, btf_id): pool.submit(_load_now, bcc.dump_func(fn.encode()), fn, btf_id)
-                          for fn, btf_id in wanted}
+    bcc._ft_prefetched.update({(fn, btf_id): pool.submit(_load_now, bcc.dump_func(fn.encode()), fn, btf_id)
+                               for fn, btf_id in wanted})
     pool.shutdown(wait=False)
+
+
+def early_program(bcc, fn: str, btf_id: int) -> int | None:
+    """The program fd earlyprograms loaded for this replay, if any."""
+    if not getattr(bcc, "compile_cache", None) == "hit":
+        return None
+    return bcclite.take_early_program(bcc.module, fn, btf_id)
 
 
 def drop_prefetched(bcc) -> None:

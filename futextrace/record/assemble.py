@@ -68,5 +68,6 @@ def recording(session, reader, duration: float, intervals: list[dict] | None = N
     rec["attach_phases_s"] = dict(session.timings)
     rec["compile_cache"] = session.compile_cache
     rec["early_maps"] = session.early_maps
+    rec["early_programs"] = session.early_programs
     rec["kernel"]["model_cached"] = session.model_cached
     return rec

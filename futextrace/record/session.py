@@ -109,6 +109,7 @@ class TraceSession:
         self.program: Program | None = None
         self.compile_cache = "off"      # progcache: where the instructions came from
         self.early_maps = 0             # of the maps, how many the command line made before its imports
+        self.early_programs = 0         # of the tp_btf programs, how many it loaded before them
         self.history_lock = history_lock or contextlib.nullcontext()
         self.events: list[dict] = []
         self.t0_ns = 0
@@ -188,6 +189,7 @@ class TraceSession:
         self.timings.update(self.program.timings)
         self.compile_cache = self.program.bpf.compile_cache
         self.early_maps = self.program.bpf.early_maps
+        self.early_programs = getattr(self.program.bpf, "early_programs", 0)
         self.attach_s = round(self.timings["startup"] + time.monotonic() - self._setup_t0, 3)
 
     def stop(self, *_):

@@ -3,17 +3,18 @@ reset and its cache directory the test's own, and a cache entry's map
 description to feed it."""
 from __future__ import annotations
 
-from futextrace.loading import earlymaps
+from futextrace.loading import earlymaps, earlyprograms
 
 BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_HASH = 2, 5
 
 
 def isolate(monkeypatch, cache) -> None:
-    """No command started yet, no early map pending, the program cache in `cache`."""
+    """No command started yet, no early map or program pending, the program cache in `cache`."""
     monkeypatch.setenv("FUTEXTRACE_CACHE", str(cache))
     monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
     monkeypatch.setattr(earlymaps, "_command", None)
     monkeypatch.setattr(earlymaps, "_early", {})
+    monkeypatch.setattr(earlyprograms, "_pending", None)
 
 
 def map_table(name="futexes", map_type=BPF_MAP_TYPE_PERCPU_HASH, key=24, leaf=32, entries=65536,

@@ -1,0 +1,81 @@
+"""Early programs (loading/earlyprograms.py) on the real kernel: a warm start
+of `record` takes the tp_btf programs its command line began loading before
+its imports, and a start whose cache entry is not the one they were loaded
+from (another option: another entry) takes none of them and keeps none of
+them loaded: the one sys_enter program in the kernel is its own."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from tests.helpers.host import FT, limit
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
+              pytest.mark.skipif(not shutil.which("bpftool"), reason="needs bpftool")]
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen(["sleep", "600"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+def loaded_programs(name: str) -> int:
+    """Programs in the kernel whose name starts with `name` (bpftool's list)."""
+    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True, check=True).stdout
+    return sum(1 for p in json.loads(out) if p.get("name", "").startswith(name[:15]))
+
+
+def record(cache, pid: int, out, *more: str, hold_s: float = 0.3, during=None) -> dict:
+    """`record -p PID` with its own cache: its recording; `during()` runs once it is tracing."""
+    env = {**os.environ, "FUTEXTRACE_CACHE": str(cache)}
+    env.pop("FUTEXTRACE_NO_PROG_CACHE", None)
+    p = subprocess.Popen([*FT, "record", "--method", "tracepoint", "-p", str(pid), "-d", str(hold_s),
+                          "--json", str(out), *more], stderr=subprocess.PIPE, text=True, env=env)
+    seen = None
+    try:
+        line = ""
+        while not line.startswith("Tracing"):
+            line = p.stderr.readline()
+            assert line, p.stderr.read()
+        seen = during() if during else None
+        assert p.wait(timeout=limit(120)) == 0, p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    rec = json.loads(out.read_text())
+    rec["_during"] = seen
+    return rec
+
+
+def test_a_warm_start_takes_its_early_programs_and_another_entry_none(tmp_path, sleeper):
+    cache = tmp_path / "cache"
+    first = record(cache, sleeper, tmp_path / "1.json")
+    if not first["method"]["probes"][0].startswith("tp_btf:"):
+        pytest.skip("no tp_btf here: no program is loaded ahead")
+    hint = json.loads((cache / "prog" / "early-maps").read_text())["record programs"]
+    assert first["compile_cache"] == "miss" and first["early_programs"] == 0
+    assert [p[0] for p in hint["programs"][:2]] == ["ft_btf_sys_enter", "ft_btf_waitv_chunk"]
+
+    warm = record(cache, sleeper, tmp_path / "2.json")
+    assert warm["compile_cache"] == "hit"
+    assert warm["early_programs"] == len(hint["programs"])
+
+    # Another option, another entry: compiled, nothing taken from the hint's.
+    other = record(cache, sleeper, tmp_path / "3.json", "--max-futexes", "4096")
+    assert other["compile_cache"] == "miss" and other["early_programs"] == 0
+    # Back to the first options: the hint names the 4096 entry now. Its
+    # programs, loaded ahead, are not this start's: closed, not kept.
+    back = record(cache, sleeper, tmp_path / "4.json", hold_s=2,
+                  during=lambda: (time.sleep(0.5), loaded_programs("ft_btf_sys_enter"))[1])
+    assert back["compile_cache"] == "hit" and back["early_programs"] == 0
+    assert back["_during"] == 1, "a program loaded ahead for another entry was kept"
