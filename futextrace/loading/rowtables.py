@@ -46,6 +46,9 @@ class RowTable:
         keys, stats = bpf[f"{name}_keys"], bpf[f"{name}_stats"]
         self.Key = keys.Leaf
         self.key_dtype, self.stat_dtype = np.dtype(keys.Leaf), np.dtype(stats.Leaf)
+        # Both are whole 8-byte words (bpf/futextrace.h: no holes, u64 counts first).
+        assert self.key_dtype.itemsize % 8 == 0 and self.stat_dtype.itemsize % 8 == 0
+        self._lookups_word = self.stat_dtype.fields["lookups"][1] // 8
         self._maps = [_mapping(t, ct.sizeof(t.Leaf) * t.max_entries) for t in (keys, stats, bpf["row_next"])]
         # (when, rows, their lookups and atomic lookups then), per deletion not yet given back
         self._deleted: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -60,27 +63,32 @@ class RowTable:
         return min(self.max_rows, int(np.frombuffer(self._maps[2], dtype=np.uint64, count=2)[self.which]))
 
     def _views(self) -> tuple[np.ndarray, np.ndarray]:
-        """(keys (n,), stats (ncpu, n)) of the rows handed out: views of the mappings."""
+        """(keys (n, words), stats (ncpu, n, words)) of the rows handed out, as
+        8-byte words: views of the mappings. Rows are picked and moved as
+        words, not as structured elements, which numpy copies one field at a
+        time (the read of a full list took 16 ms instead of 3)."""
         n = self.used_rows()
-        keys = np.frombuffer(self._maps[0], dtype=self.key_dtype, count=n)
-        stats = np.frombuffer(self._maps[1], dtype=self.stat_dtype,
-                              count=self.ncpu * self.max_rows).reshape(self.ncpu, self.max_rows)[:, :n]
+        kw, sw = self.key_dtype.itemsize // 8, self.stat_dtype.itemsize // 8
+        keys = np.frombuffer(self._maps[0], dtype=np.uint64, count=n * kw).reshape(n, kw)
+        stats = np.frombuffer(self._maps[1], dtype=np.uint64,
+                              count=self.ncpu * self.max_rows * sw).reshape(self.ncpu, self.max_rows, sw)[:, :n]
         self.bytes_scanned += keys.nbytes + stats.nbytes
         return keys, stats
 
     def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, keys, stats (rows, ncpu)) of every key the table holds, copies."""
         keys, stats = self._views()
-        lookups = stats["lookups"]
-        live = lookups[0] > 0
-        for c in range(1, self.ncpu):
-            live |= lookups[c] > 0
+        live = (stats[:, :, self._lookups_word] != 0).any(axis=0)
         for _, rows, _, _ in self._deleted:
             live[rows[rows < len(live)]] = False
-        rows = np.flatnonzero(live)
-        out = keys[rows], stats[:, rows].T.copy()
-        del keys, stats, lookups      # a mapping cannot close while a view of it exists
-        return rows, *out
+        if live.all():       # a full or never-thinned table: slices, no gather
+            rows = np.arange(len(live))
+            k, st = keys.copy(), np.ascontiguousarray(stats.transpose(1, 0, 2))
+        else:
+            rows = np.flatnonzero(live)
+            k, st = keys[rows], np.ascontiguousarray(stats[:, rows].transpose(1, 0, 2))
+        del keys, stats      # a mapping cannot close while a view of it exists
+        return rows, k.view(self.key_dtype).reshape(-1), st.view(self.stat_dtype).reshape(len(rows), self.ncpu)
 
     def delete(self, rows: np.ndarray, keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
         """Delete these rows' keys (as read() gave them, with their `stats`
