@@ -109,8 +109,10 @@ class ServeRecorder:
         hidden = np.isin(b["tgid"], forgotten)
         # Kept while still in the cache, and only while gone: a reused PID is a new process.
         self.forgotten = {t for t in np.unique(b["tgid"][hidden]).tolist() if not targets.alive(t)}
-        shown = {k: v[~hidden] for k, v in b.items()}
-        listed = {k: v[~np.isin(f["tgid"], forgotten)] for k, v in f.items()}
+        # One mask each, applied to every column (none at all while nothing is forgotten).
+        shown = {k: v[~hidden] for k, v in b.items()} if hidden.any() else b
+        gone = np.isin(f["tgid"], forgotten) if len(forgotten) else None
+        listed = {k: v[~gone] for k, v in f.items()} if gone is not None and gone.any() else f
         folded = reader.deleted
         private, atomic = private + folded["private"], atomic + folded["atomic"]
         counters = {k: sum(v) for k, v in reader.counters([]).items()}

@@ -57,7 +57,11 @@ class _EarlyProgram:
     def __init__(self, entry_name: str, programs: list[tuple[str, int]]):
         self.entry_name = entry_name
         self.programs = programs
-        self.entry: dict | None = None          # set once every map exists
+        # What of the entry the maps and programs were made from (set once every
+        # map exists): its maps, and the functions loaded. Not the whole entry:
+        # a second copy of every function's instructions, parsed in this
+        # thread, stayed in the exporter's RSS (4 MiB).
+        self.entry: dict | None = None
         self.fds: list[int] = []                # the entry's maps, in its order
         self.big: dict[int, tuple] = {}         # index -> spec: maps earlymaps made (it still holds them)
         self.loaded: dict[tuple[str, int], int] = {}   # (function, BTF id) -> program fd
@@ -96,7 +100,9 @@ class _EarlyProgram:
             self._close_own(fds)
             self.big = {}
             return
-        self.fds, self.entry = fds, entry
+        self.fds = fds
+        self.entry = {"tables": entry["tables"],
+                      "functions": {fn: entry["functions"][fn] for fn, _ in self.programs}}
 
     def _load_programs(self) -> None:
         """One after another, in the hint's order (sys_enter, the longest to
@@ -121,6 +127,15 @@ class _EarlyProgram:
         for fd in self.loaded.values():
             os.close(fd)
         self.fds, self.loaded, self.entry = [], {}, None
+
+
+def _same(made: dict, entry: dict) -> bool:
+    """Whether what was made ahead (its maps, and its programs' instructions
+    and map references) is what a replay of `entry` makes: `entry` was checked
+    for this kernel and these options by the replay, so then are they."""
+    functions = entry.get("functions") or {}
+    return made["tables"] == entry.get("tables") and all(
+        functions.get(fn) == f for fn, f in made["functions"].items())
 
 
 def _patched(function: dict, fds: dict[str, int]) -> bytes:
@@ -168,7 +183,7 @@ def claim(entry: dict) -> tuple[list[int], dict[tuple[str, int], int], int] | No
     if early is None:
         return None
     early.done.wait()
-    if early.entry is None or early.entry != entry:
+    if early.entry is None or not _same(early.entry, entry):
         early.close()
         return None
     for spec in early.big.values():

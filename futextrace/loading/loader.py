@@ -58,21 +58,21 @@ SEEN_WORDS_LOG2 = 19
 SEEN_SPAN_SHIFT = 5
 SEEN_K = 6
 SEEN_WORDS_PER_KEY = 2      # not a build parameter: first_seen() sets two words
-FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-CPU futexes map may take by default
+FUTEXES_BUDGET = 32 << 20   # bytes of kernel memory the per-futex list may take by default
 FUTEXES_MAX_DEFAULT = 65536
-# Entries of the per-CPU `buckets` map (the exact counts), whatever the CPU
-# count: per CPU a 24-byte value each (1.5 MiB), plus ~72 bytes of key and
-# element header per entry once (4.5 MiB). Bounded by the hash sizes in use:
-# a process's private hash has at most as many buckets as it has entries.
+# Rows of the `buckets` row table (the exact counts, bpf/maps.h), whatever the
+# CPU count: per CPU a 32-byte stat each (2 MiB), plus its key and its index
+# entry once (~100 bytes: 6.5 MiB). Bounded by the hash sizes in use: a
+# process's private hash has at most as many buckets as it has entries.
 MAX_BUCKETS = 65536
 
 
 def default_max_futexes(ncpus: int | None = None) -> int:
-    """Entries of the per-CPU `futexes` map: 65536, fewer on big machines so the
-    map (a 32-byte value per CPU per entry, preallocated) stays within
-    FUTEXES_BUDGET. A power of two, at least 4096."""
+    """Rows of the per-futex list (the `futexes` row table): 65536, fewer on big
+    machines so that it (a 32-byte stat per CPU per row, made at the start)
+    stays within FUTEXES_BUDGET. A power of two, at least 4096."""
     ncpus = ncpus or os.cpu_count() or 1
-    fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + key and element header, measured with bpftool
+    fit = FUTEXES_BUDGET // (32 * ncpus + 96)   # + the key and its index entry: ~100 bytes a row
     return max(4096, min(FUTEXES_MAX_DEFAULT, 1 << (fit.bit_length() - 1)))
 
 

@@ -35,7 +35,13 @@ GIVE_BACK_AFTER_S = 0.1     # a BPF program holds a row for microseconds
 
 
 class RowTable:
-    """One row table of a loaded Program; close() drops its mappings."""
+    """One row table of a loaded Program; close() drops its mapping of row_next.
+
+    The keys and stats are mapped for each read and unmapped after it, and
+    only the rows in use: a mapping of a BPF array holds every page of it in
+    the process's RSS from the mmap() on (2 x 5.5 MiB for the two tables at 2
+    CPUs, whatever they hold), which is more than the exporter's budget can
+    spare; mapping the rows in use costs well under a millisecond."""
 
     def __init__(self, program, name: str, which: int, max_rows: int):
         bpf = program.bpf
@@ -44,51 +50,57 @@ class RowTable:
         self._index = bpf[f"{name}_index"]
         self._free = bpf[f"{name}_free"]
         keys, stats = bpf[f"{name}_keys"], bpf[f"{name}_stats"]
+        self._keys_fd, self._stats_fd = keys.map_fd, stats.map_fd
         self.Key = keys.Leaf
         self.key_dtype, self.stat_dtype = np.dtype(keys.Leaf), np.dtype(stats.Leaf)
         # Both are whole 8-byte words (bpf/futextrace.h: no holes, u64 counts first).
         assert self.key_dtype.itemsize % 8 == 0 and self.stat_dtype.itemsize % 8 == 0
         self._lookups_word = self.stat_dtype.fields["lookups"][1] // 8
-        self._maps = [_mapping(t, ct.sizeof(t.Leaf) * t.max_entries) for t in (keys, stats, bpf["row_next"])]
+        self._next = mmap.mmap(bpf["row_next"].map_fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
         # (when, rows, their lookups and atomic lookups then), per deletion not yet given back
         self._deleted: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
         self.bytes_scanned = 0
 
     def close(self) -> None:
-        while self._maps:
-            self._maps.pop().close()
+        if self._next is not None:
+            self._next.close()
+            self._next = None
 
     def used_rows(self) -> int:
         """Rows handed out so far (row_next, at most max_rows)."""
-        return min(self.max_rows, int(np.frombuffer(self._maps[2], dtype=np.uint64, count=2)[self.which]))
+        return min(self.max_rows, int(np.frombuffer(self._next, dtype=np.uint64, count=2)[self.which]))
 
-    def _views(self) -> tuple[np.ndarray, np.ndarray]:
-        """(keys (n, words), stats (ncpu, n, words)) of the rows handed out, as
-        8-byte words: views of the mappings. Rows are picked and moved as
-        words, not as structured elements, which numpy copies one field at a
-        time (the read of a full list took 16 ms instead of 3)."""
-        n = self.used_rows()
+    def _copy(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys (n, words), stats (ncpu, n, words)) of the first n rows, as
+        8-byte words, copied out of a mapping of just those rows. Rows are
+        picked and moved as words, not as structured elements, which numpy
+        copies one field at a time (the read of a full list took 16 ms
+        instead of 3)."""
         kw, sw = self.key_dtype.itemsize // 8, self.stat_dtype.itemsize // 8
-        keys = np.frombuffer(self._maps[0], dtype=np.uint64, count=n * kw).reshape(n, kw)
-        stats = np.frombuffer(self._maps[1], dtype=np.uint64,
-                              count=self.ncpu * self.max_rows * sw).reshape(self.ncpu, self.max_rows, sw)[:, :n]
+        keys, stats = np.empty((n, kw), dtype=np.uint64), np.empty((self.ncpu, n, sw), dtype=np.uint64)
+        if n:
+            with _rows_mapped(self._keys_fd, 0, n * kw * 8) as m:
+                keys[:] = np.frombuffer(m, dtype=np.uint64, count=n * kw).reshape(n, kw)
+            for c in range(self.ncpu):     # CPU c's stats: [c * max_rows, c * max_rows + n)
+                with _rows_mapped(self._stats_fd, c * self.max_rows * sw * 8, n * sw * 8) as m:
+                    stats[c] = np.frombuffer(m, dtype=np.uint64, count=n * sw).reshape(n, sw)
         self.bytes_scanned += keys.nbytes + stats.nbytes
         return keys, stats
 
     def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rows, keys, stats (rows, ncpu)) of every key the table holds, copies."""
-        keys, stats = self._views()
+        """(rows, keys, stats (rows, ncpu)) of every key the table holds.
+        The stats are stored CPU by CPU, as in the map (an array (ncpu, rows)
+        turned round): a CPU's column, which the totals walk, is contiguous."""
+        keys, stats = self._copy(self.used_rows())
         live = (stats[:, :, self._lookups_word] != 0).any(axis=0)
         for _, rows, _, _ in self._deleted:
             live[rows[rows < len(live)]] = False
-        if live.all():       # a full or never-thinned table: slices, no gather
+        if live.all():       # a full or never-thinned table: no gather
             rows = np.arange(len(live))
-            k, st = keys.copy(), np.ascontiguousarray(stats.transpose(1, 0, 2))
         else:
             rows = np.flatnonzero(live)
-            k, st = keys[rows], np.ascontiguousarray(stats[:, rows].transpose(1, 0, 2))
-        del keys, stats      # a mapping cannot close while a view of it exists
-        return rows, k.view(self.key_dtype).reshape(-1), st.view(self.stat_dtype).reshape(len(rows), self.ncpu)
+            keys, stats = keys[rows], stats[:, rows]
+        return rows, keys.view(self.key_dtype).reshape(-1), stats.view(self.stat_dtype).reshape(self.ncpu, len(rows)).T
 
     def delete(self, rows: np.ndarray, keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
         """Delete these rows' keys (as read() gave them, with their `stats`
@@ -115,19 +127,29 @@ class RowTable:
         if not due:
             return late
         self._deleted = [d for d in self._deleted if now - d[0] < GIVE_BACK_AFTER_S]
-        keys = np.frombuffer(self._maps[0], dtype=self.key_dtype, count=self.max_rows)
-        stats = np.frombuffer(self._maps[1], dtype=self.stat_dtype,
-                              count=self.ncpu * self.max_rows).reshape(self.ncpu, self.max_rows)
+        n = int(max(d[1].max() for d in due)) + 1      # rows up to the highest one given back
+        keys, stats = self._copy(n)
+        keys, stats = keys.view(self.key_dtype).reshape(-1), stats.view(self.stat_dtype).reshape(self.ncpu, n).T
         for _, rows, lookups, atomic in due:
-            now_lookups, now_atomic = _totals(stats[:, rows].T)
+            now_lookups, now_atomic = _totals(stats[rows])
             if (now_lookups != lookups).any():
-                late.append((keys[rows].copy(), now_lookups - lookups, now_atomic - atomic))
-            stats[:, rows] = np.zeros(1, dtype=self.stat_dtype)
-            keys[rows] = np.zeros(1, dtype=self.key_dtype)
-            for r in rows.tolist():
-                self._free.push(ct.c_uint32(r))
-        del keys, stats
+                late.append((keys[rows], now_lookups - lookups, now_atomic - atomic))
+        given = np.concatenate([d[1] for d in due])
+        kw, sw = self.key_dtype.itemsize // 8, self.stat_dtype.itemsize // 8
+        with _rows_mapped(self._keys_fd, 0, n * kw * 8, write=True) as m:
+            _zero(m, n, kw, given)
+        for c in range(self.ncpu):
+            with _rows_mapped(self._stats_fd, c * self.max_rows * sw * 8, n * sw * 8, write=True) as m:
+                _zero(m, n, sw, given)
+        for r in given.tolist():
+            self._free.push(ct.c_uint32(r))
         return late
+
+
+def _zero(buf, n: int, words: int, rows: np.ndarray) -> None:
+    """Zero these rows of a mapping of n rows of `words` 8-byte words (the view
+    goes with this call: the mapping can close after it)."""
+    np.frombuffer(buf, dtype=np.uint64, count=n * words).reshape(n, words)[rows] = 0
 
 
 def _totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,5 +157,16 @@ def _totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (stats["lookups"].sum(axis=1, dtype=np.uint64), stats["atomic_lookups"].sum(axis=1, dtype=np.uint64))
 
 
-def _mapping(table, size: int) -> mmap.mmap:
-    return mmap.mmap(table.map_fd, max(size, mmap.PAGESIZE), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+class _rows_mapped:
+    """A mapping of `length` bytes of a memory-mappable BPF array from byte
+    `offset` (a multiple of the page size), for a `with` block."""
+
+    def __init__(self, fd: int, offset: int, length: int, write: bool = False):
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if write else 0)
+        self._m = mmap.mmap(fd, -(-length // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.MAP_SHARED, prot, offset=offset)
+
+    def __enter__(self) -> mmap.mmap:
+        return self._m
+
+    def __exit__(self, *exc) -> None:
+        self._m.close()

@@ -33,8 +33,19 @@ def prog_ids() -> set[int]:
     return {p["id"] for p in json.loads(out or "[]")}
 
 
+def links_held_by(pid: int) -> set[int]:
+    """BPF links (attachments: tp_btf, raw tracepoints, iterators) the process
+    holds a file descriptor of (fdinfo's link_id)."""
+    return _fdinfo_ids(pid, "link_id:")
+
+
 def progs_held_by(pid: int) -> set[int]:
     """BPF programs the process holds a file descriptor of (fdinfo's prog_id)."""
+    return _fdinfo_ids(pid, "prog_id:")
+
+
+def _fdinfo_ids(pid: int, field: str) -> set[int]:
+    """The ids after `field` in the process's fdinfo files."""
     ids = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fdinfo")
@@ -45,7 +56,7 @@ def progs_held_by(pid: int) -> set[int]:
             text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
         except OSError:
             continue
-        ids |= {int(l.split()[1]) for l in text.splitlines() if l.startswith("prog_id:")}
+        ids |= {int(l.split()[1]) for l in text.splitlines() if l.startswith(field)}
     return ids
 
 

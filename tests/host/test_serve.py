@@ -20,7 +20,7 @@ from futextrace.errors import EXIT_ENV, EXIT_USAGE
 from tests.helpers.host import wait_until
 from tests.helpers.host import FT
 from tests.helpers.serve import (PROMETHEUS, SERVE_MARKS, SLOW, Exporter, Prometheus, free_port, http_get,
-                                  prog_ids, progs_held_by)
+                                  links_held_by, prog_ids)
 
 pytestmark = SERVE_MARKS
 
@@ -119,15 +119,18 @@ def test_bad_listen_one_line_error(listen, code, words, exporter):
     listen = f"127.0.0.1:{exporter.port}" if listen == "IN_USE" else listen
     p = subprocess.Popen([*FT, "serve", "--listen", listen], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    loaded = set()
-    while p.poll() is None:   # the address is checked before anything is loaded
-        loaded |= progs_held_by(p.pid)
+    # The address is checked before anything is attached. (Programs the last
+    # start loaded may be loaded ahead already, loading/earlyprograms.py: never
+    # attached, gone with the process.)
+    attached = set()
+    while p.poll() is None:
+        attached |= links_held_by(p.pid)
         time.sleep(0.02)
     _, err = p.communicate(timeout=60)
     lines = err.strip().splitlines()
     assert p.returncode == code, err
     assert len(lines) == 1 and lines[0].startswith("futextrace: error: ") and words in lines[0], err
-    assert not loaded, f"programs loaded before the address was checked: {sorted(loaded)}"
+    assert not attached, f"programs attached before the address was checked: {sorted(attached)}"
     assert f"  {code}  " in subprocess.run([*FT, "serve", "--help"], capture_output=True, text=True).stdout
 
 

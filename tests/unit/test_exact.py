@@ -165,3 +165,22 @@ def test_numpy_share_of_futexes_hashed_to_different_buckets_by_cpu():
     keys, stats = futex_arrays_of(fmap, KEY, STAT, NCPU)
     plain = exact.bucket_rows(exact.futex_share(fmap))
     assert grouped(futex_share_rows(keys, stats)) == grouped(plain)
+
+
+def test_numpy_share_of_a_full_list_of_one_bucket_futexes():
+    """Every entry counted, each on one bucket (migrating threads: several
+    CPUs): the numpy share takes its shortcut and still agrees with exact.py,
+    row for row in the list's order."""
+    rnd = random.Random(5)
+    fmap = []
+    for i in range(200):
+        bucket = rnd.randrange(64)
+        per_cpu = [[0, 0, 0, 0, 0] for _ in range(NCPU)]
+        for cpu in rnd.sample(range(NCPU), rnd.randint(1, NCPU)):
+            n = rnd.randint(1, 9)
+            per_cpu[cpu] = [n, rnd.randint(0, n), bucket, -1, UNKNOWN]
+        fmap.append({"tgid": 400 + i % 4, "kind": 0, "uaddr": 8 * i, "hash_mask": 63, "per_cpu": per_cpu})
+    keys, stats = futex_arrays_of(fmap, KEY, STAT, NCPU)
+    rows = futex_share_rows(keys, stats)
+    assert len(rows) == len(fmap) and [r[0] for r in rows] == [f["tgid"] for f in fmap]
+    assert grouped(rows) == grouped(exact.bucket_rows(exact.futex_share(fmap)))
