@@ -96,6 +96,16 @@ def _load(insns: bytes, name: str, prog_type: int, license_: str, kern_version: 
     raise err
 
 
+def with_map_fds(function: dict, fds: dict[str, int]) -> bytes:
+    """A cached function's instructions (progcache's entry: hex `insns`, and
+    `maps`, the [index, map name] of each map reference) with each reference's
+    immediate holding its map's fd, ready for BPF_PROG_LOAD."""
+    insns = bytearray.fromhex(function["insns"])
+    for index, table in function["maps"]:
+        struct.pack_into("<i", insns, index * 8 + 4, fds[table])
+    return bytes(insns)
+
+
 class ProgStats(NamedTuple):
     run_time_ns: int        # 0 unless kernel.bpf_stats_enabled
     run_cnt: int            # 0 unless kernel.bpf_stats_enabled

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import threading
 from pathlib import Path
 
@@ -110,7 +109,7 @@ class _EarlyProgram:
         third loader made each verification slower, not the whole shorter."""
         by_name = {t["name"]: fd for t, fd in zip(self.entry["tables"], self.fds)}
         for fn, btf_id in self.programs:
-            insns = _patched(self.entry["functions"][fn], by_name)
+            insns = bpfsys.with_map_fds(self.entry["functions"][fn], by_name)
             try:
                 self.loaded[(fn, btf_id)] = bpfsys.load_tracing(insns, fn, bpfsys.BPF_TRACE_RAW_TP, btf_id)
             except OSError:
@@ -136,15 +135,6 @@ def _same(made: dict, entry: dict) -> bool:
     functions = entry.get("functions") or {}
     return made["tables"] == entry.get("tables") and all(
         functions.get(fn) == f for fn, f in made["functions"].items())
-
-
-def _patched(function: dict, fds: dict[str, int]) -> bytes:
-    """A cache entry's function with each map reference holding its map's fd
-    (as progcache's replay patches it)."""
-    insns = bytearray.fromhex(function["insns"])
-    for index, table in function["maps"]:
-        struct.pack_into("<i", insns, index * 8 + 4, fds[table])
-    return bytes(insns)
 
 
 def _valid(hint) -> bool:

@@ -24,7 +24,7 @@ from futextrace.kernel.layout import KIND
 from futextrace.loading import exact, lockwaits, nodebuckets
 from futextrace.loading.batchread import BatchBuffers, lookup_batch
 from futextrace.loading.maps import MapReader
-from futextrace.loading.rowtables import RowTable
+from futextrace.loading.rowtables import RowTable, row_totals
 
 KEY_FIELDS = ("tgid", "kind", "uaddr", "hash_mask")   # a futex's key (exact.futex_key)
 
@@ -186,8 +186,7 @@ class ArrayReader(MapReader):
         gone = np.flatnonzero(np.isin(keys["tgid"], np.fromiter(forgotten, dtype=np.uint64)))
         done = table.delete(rows[gone], keys[gone], stats[gone])
         gone = gone[done]         # a key not there any more: dropped at the next read
-        self._count_deleted_rows(keys[gone], stats["lookups"][gone].sum(axis=1, dtype=np.uint64),
-                                 stats["atomic_lookups"][gone].sum(axis=1, dtype=np.uint64))
+        self._count_deleted_rows(keys[gone], *row_totals(stats[gone]))
         keep = np.ones(len(keys), dtype=bool)
         keep[gone] = False
         return keys[keep], stats[keep]

@@ -106,13 +106,17 @@ class MapReader:
 
     def bucket_map(self) -> list[dict]:
         """The exact counts' rows (not the caches), as bucket entries."""
-        table = self.rows("buckets")
+        return self._entries("buckets", ("tgid", "kind", "hash_mask", "bucket", "node"), BUCKET_STAT_FIELDS)
+
+    def _entries(self, name: str, key_fields: tuple, stat_fields: tuple) -> list[dict]:
+        """A row table's rows as plain data: `key_fields` of each key, and
+        `per_cpu`, each CPU's `stat_fields` as a list."""
+        table = self.rows(name)
         _, keys, stats = table.read()
         self._scanned(table)
-        per_cpu = np.stack([stats[f].astype(np.int64) for f in BUCKET_STAT_FIELDS], axis=-1).tolist()
-        names = ("tgid", "kind", "hash_mask", "bucket", "node")
-        return [{**dict(zip(names, k)), "per_cpu": v}
-                for k, v in zip(zip(*(keys[f].tolist() for f in names)), per_cpu)]
+        per_cpu = np.stack([stats[f].astype(np.int64) for f in stat_fields], axis=-1).tolist()
+        return [{**dict(zip(key_fields, k)), "per_cpu": v}
+                for k, v in zip(zip(*(keys[f].tolist() for f in key_fields)), per_cpu)]
 
     def cached_bucket_rows(self):
         """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked, unlisted])
@@ -180,13 +184,7 @@ class MapReader:
 
     def futex_map(self) -> list[dict]:
         """The per-futex list's rows (not the cache), as plain data: part of the exact counts."""
-        table = self.rows("futexes")
-        _, keys, stats = table.read()
-        self._scanned(table)
-        per_cpu = np.stack([stats[f].astype(np.int64) for f in FUTEX_STAT_FIELDS], axis=-1).tolist()
-        names = ("tgid", "kind", "uaddr", "hash_mask")
-        return [{**dict(zip(names, k)), "per_cpu": v}
-                for k, v in zip(zip(*(keys[f].tolist() for f in names)), per_cpu)]
+        return self._entries("futexes", ("tgid", "kind", "uaddr", "hash_mask"), FUTEX_STAT_FIELDS)
 
     def futexes(self, futex_map: list[dict]) -> list[dict]:
         """Per-futex counts: `futex_map` (futex_map()'s output) and the lookup

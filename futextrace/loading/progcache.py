@@ -247,11 +247,7 @@ def _cached_class(BPF):
             fn = self._entry["functions"].get(func_name.decode())
             if fn is None:
                 raise Exception(f"Unknown program {func_name}")   # as BCC says it
-            fds = bcclite.fds_by_name(self.module)
-            insns = bytearray.fromhex(fn["insns"])
-            for index, table in fn["maps"]:
-                struct.pack_into("<i", insns, index * 8 + 4, fds[table])
-            return bytes(insns)
+            return bpfsys.with_map_fds(fn, bcclite.fds_by_name(self.module))
 
         def dump_func(self, func_name):
             return self._insns(func_name if isinstance(func_name, bytes) else func_name.encode())

@@ -114,7 +114,7 @@ class RowTable:
             key = self.Key.from_buffer_copy(raw, i * size)
             done[i] = lib.bpf_delete_elem(self._index.map_fd, ct.byref(key)) == 0
         if done.any():
-            self._deleted.append((time.monotonic(), rows[done], *_totals(stats[done])))
+            self._deleted.append((time.monotonic(), rows[done], *row_totals(stats[done])))
         return done
 
     def give_back(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -131,7 +131,7 @@ class RowTable:
         keys, stats = self._copy(n)
         keys, stats = keys.view(self.key_dtype).reshape(-1), stats.view(self.stat_dtype).reshape(self.ncpu, n).T
         for _, rows, lookups, atomic in due:
-            now_lookups, now_atomic = _totals(stats[rows])
+            now_lookups, now_atomic = row_totals(stats[rows])
             if (now_lookups != lookups).any():
                 late.append((keys[rows], now_lookups - lookups, now_atomic - atomic))
         given = np.concatenate([d[1] for d in due])
@@ -152,7 +152,7 @@ def _zero(buf, n: int, words: int, rows: np.ndarray) -> None:
     np.frombuffer(buf, dtype=np.uint64, count=n * words).reshape(n, words)[rows] = 0
 
 
-def _totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def row_totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lookups and atomic lookups of per-CPU stats (rows, ncpu), CPUs summed."""
     return (stats["lookups"].sum(axis=1, dtype=np.uint64), stats["atomic_lookups"].sum(axis=1, dtype=np.uint64))
 

@@ -2,6 +2,8 @@
 (skip guards, command helpers) are in tests/helpers/host.py."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from tests.helpers.host import REPO, compile_c
@@ -13,6 +15,15 @@ def kernel_model():
     take tens of seconds under QEMU/TCG)."""
     from futextrace.kernel import model as kmodel
     return kmodel.load()
+
+
+@pytest.fixture
+def sleeper():
+    """The pid of a process that makes no futex call, for -p (killed after the test)."""
+    p = subprocess.Popen(["sleep", "600"])
+    yield p.pid
+    p.kill()
+    p.wait()
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
 
 import pytest
 
@@ -45,14 +44,6 @@ def test_build_says_what_it_built_and_lists_it(built):
     listed = cli("cache", "list", env={"FUTEXTRACE_CACHE": str(cache)})
     rows = listed.stdout.splitlines()[1:]
     assert len(rows) == len(lines) and all(os.uname().release in r and "this kernel" in r for r in rows)
-
-
-@pytest.fixture
-def sleeper():
-    p = subprocess.Popen(["sleep", "60"])
-    yield p.pid
-    p.kill()
-    p.wait()
 
 
 def own_cgroup() -> str:

@@ -21,14 +21,6 @@ pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not shutil.which("bpftool"), reason="needs bpftool")]
 
 
-@pytest.fixture
-def sleeper():
-    p = subprocess.Popen(["sleep", "600"])
-    yield p.pid
-    p.kill()
-    p.wait()
-
-
 def programs_held(pid: int, name: str) -> int:
     """Programs whose name starts with `name` that process `pid` holds a file
     descriptor of (its fdinfo's prog_id, named by bpftool's list): its own,
