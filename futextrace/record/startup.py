@@ -51,27 +51,37 @@ def rt_busy_cpus(at_least: int = 0) -> tuple[set[int], int]:
 
 
 class SlowStartWatch:
-    """Started before the model and the compile; if they are not done after
-    SLOW_START_S and real-time threads are runnable on every CPU (they starve
-    everything at a normal priority), say so once on stderr."""
+    """Started before the model and the compile; if they are not done
+    SLOW_START_S after the process started (its imports count: under a
+    starving real-time thread they are most of the wait) and real-time threads
+    are runnable on every CPU (they starve everything at a normal priority),
+    say so once on stderr."""
 
     def __init__(self, out=None, after: float = SLOW_START_S):
         self._done = threading.Event()
         self._out = out or sys.stderr
-        self._thread = threading.Thread(target=self._watch, args=(after,), daemon=True,
+        self._after = after
+        self._thread = threading.Thread(target=self._watch, daemon=True,
                                         name="futextrace-slow-start")
         self.reported = False
 
     def __enter__(self):
-        self._thread.start()
+        if process_age() >= self._after:
+            # Already late (starved imports): look now, in this thread, so the
+            # rest of the start cannot finish before the look and hide why it was slow.
+            self._report()
+        else:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._done.set()
 
-    def _watch(self, after: float):
-        if self._done.wait(after):
-            return
+    def _watch(self):
+        if not self._done.wait(max(0.0, self._after - process_age())):
+            self._report()
+
+    def _report(self):
         ours = os.sched_getaffinity(0)
         # Under --rt-priority only threads at our priority or above can hold us off.
         policy = os.sched_getscheduler(os.getpid()) & ~os.SCHED_RESET_ON_FORK   # the main thread
@@ -80,7 +90,8 @@ class SlowStartWatch:
         if not ours <= busy or self._done.is_set():
             return
         self.reported = True
-        print(f"futextrace: still compiling/attaching after {after:.0f} s: {threads} runnable "
+        waited = max(self._after, process_age())
+        print(f"futextrace: still compiling/attaching after {waited:.0f} s: {threads} runnable "
               f"SCHED_FIFO/RR threads hold every CPU it may run on ({len(ours)}); try "
               "--rt-priority N (above theirs) to run the tracer at a real-time priority",
               file=self._out, flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,7 +95,7 @@ def test_damaged_model_cache_is_rebuilt(tmp_path, monkeypatch):
     from futextrace.kernel import modelcache
     monkeypatch.setenv("FUTEXTRACE_CACHE", str(tmp_path))
     key = modelcache.cache_key()
-    (tmp_path / "model").mkdir()
+    (tmp_path / "model").mkdir(exist_ok=True)     # the BTF digest may be kept there already
     (tmp_path / "model" / f"{key}.json").write_text('{"release": ')
     model, cached = modelcache.load_running()
     assert not cached and model.private_hash is not None
@@ -158,7 +159,8 @@ def test_rt_threads_holding_every_cpu_are_named():
         spinner.wait()
     rest = p.communicate(timeout=120)[1]
     assert p.returncode == 0, first + rest
-    assert "still compiling/attaching after 2 s: 1 runnable SCHED_FIFO/RR threads" in first, first
+    # Counted from the process's start: the imports are most of a starved start.
+    assert re.search(r"still compiling/attaching after \d+ s: 1 runnable SCHED_FIFO/RR threads", first), first
     assert "--rt-priority" in first
 
 
