@@ -32,20 +32,28 @@ class SortHint:
     The rows come in nearly the same order at each read (the maps' order,
     then the caches'), so that order leaves them nearly sorted, and numpy's
     stable sort, which merges sorted runs, finishes them in a fraction of a
-    full sort (a full map's 80,000 rows: 1 ms instead of 5). Only the speed
+    full sort (a full map's 80,000 rows: 1 ms instead of 5). Rows the same
+    as at the last read (a full list's keys and buckets rarely change) get
+    the last order and runs back after one comparison. Only the speed
     depends on it: any order is sorted."""
 
     def __init__(self):
         self.order: np.ndarray | None = None
+        self.packed: np.ndarray | None = None   # the last read's rows, packed
+        self.starts: np.ndarray | None = None   # where its runs begin (_runs), None: not known
 
     def argsort(self, packed: np.ndarray) -> np.ndarray:
         last, n = self.order, len(packed)
+        if last is not None and self.packed is not None and np.array_equal(packed, self.packed):
+            self.packed = packed      # the same rows: _runs keeps the runs it found
+            return last
+        self.starts = None
         if last is None:
             order = np.argsort(packed)
         else:   # the last order, less rows now gone, then the new rows
             start = np.concatenate([last[last < n], np.arange(len(last), n)])
             order = start[np.argsort(packed[start], kind="stable")]
-        self.order = order
+        self.order, self.packed = order, packed
         return order
 
 
@@ -61,9 +69,14 @@ def _runs(cols: list[np.ndarray], hint: SortHint | None = None) -> tuple[np.ndar
     """(order, starts): the rows sorted by cols, and where each run of equal
     cols begins in that order."""
     order, packed = _sort_order(cols, hint)
-    if packed is not None:   # one column to compare: the packed rows, sorted
-        return order, _starts([packed[order]])
-    return order, _starts([c[order] for c in cols])
+    if packed is None:
+        return order, _starts([c[order] for c in cols])
+    if hint is not None and hint.starts is not None and hint.packed is packed:
+        return order, hint.starts          # the same rows as at the last read
+    starts = _starts([packed[order]])      # one column to compare: the packed rows, sorted
+    if hint is not None and hint.packed is packed:
+        hint.starts = starts
+    return order, starts
 
 
 def _sort_order(cols: list[np.ndarray], hint: SortHint | None = None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -35,6 +35,7 @@ class ArrayReader(MapReader):
         self.deleted = {"private": 0, "atomic": 0, "global": 0}   # lookups of deleted entries
         self._map_share = np.zeros((0, len(exact.BUCKET_FIELDS)), dtype=np.uint64)
         self._cache_share = self._map_share
+        self._futex_index = AddressIndex()       # the per-futex list's rows by address, kept between reads
         self._dtypes: dict[str, np.dtype] = {}   # numpy's view of BCC's ctypes types: 4 ms each to build
         self._buffers = BatchBuffers()           # the batch reads' buffers, kept between scrapes
         # lock_waits as last read: its keys (whole, sorted), their waits and wait ns, tgids
@@ -112,9 +113,12 @@ class ArrayReader(MapReader):
         self._waits_last = tuple(a[keep] for a in self._waits_last)
 
     def release_buffers(self) -> None:
-        """The batch buffers' pages handed back (BatchBuffers.release): every
-        result of a read is a copy, none a view of them."""
+        """The batch buffers' pages handed back (BatchBuffers.release) and the
+        row tables unmapped (RowTable.release): every result of a read is a
+        copy, none a view of them."""
         self._buffers.release()
+        for table in self._rows.values():
+            table.release()
 
     def _batch(self, table):
         """lookup_batch into this reader's buffers, its bytes counted."""
@@ -135,7 +139,7 @@ class ArrayReader(MapReader):
         cache's slots of futexes it holds are added, each into its own row
         (found by map_positions); a cached futex the list turned away is
         counted as unlisted, not here."""
-        return merged_list(*self._futex_tiers(forgotten))
+        return merged_list(*self._futex_tiers(forgotten), self._futex_index)
 
     def _futex_tiers(self, forgotten: set[int]):
         """The per-futex list's keys, per-CPU stats and entry_totals; the cache's used
@@ -218,7 +222,7 @@ class ArrayReader(MapReader):
         bucket's node (nodebuckets.group's arrays), read as the exporter reads
         the maps: batches and memory mappings into numpy, no dict per futex."""
         keys, stats, totals, ck, cs = self._futex_tiers(set())
-        futexes = merged_list(keys, stats, totals, ck, cs)
+        futexes = merged_list(keys, stats, totals, ck, cs, self._futex_index)
         tiers = [nodebuckets.futex_map_tier(keys, stats), nodebuckets.futex_cache_tier(ck, cs)]
         bkeys, stats = self._read_rows(self.rows("buckets"), set())
         blookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
@@ -328,16 +332,17 @@ def futex_arrays_of(futexes: list[dict], kd: np.dtype, sd: np.dtype, ncpu: int) 
 
 
 def merged_list(keys: np.ndarray, stats: np.ndarray, totals: tuple | None, ck: np.ndarray,
-                cs: np.ndarray) -> dict[str, np.ndarray]:
+                cs: np.ndarray, index: AddressIndex | None = None) -> dict[str, np.ndarray]:
     """summary.merge of the map's (keys, stats; `totals`: entry_totals(stats),
     or None) and the cache's slots it holds (`cs`: a slot's stats, or per
     CPU), without sorting the map: its keys are unique, so each cached slot
     of a futex the map holds is added into that futex's row (found by
-    map_positions); the others are counted as unlisted, not here. Rows in
-    the map's order (tests/unit/test_exact.py checks the sums)."""
+    map_positions, with `index` if one is kept between reads); the others
+    are counted as unlisted, not here. Rows in the map's order
+    (tests/unit/test_exact.py checks the sums)."""
     lookups, atomic, bucket, _ = totals if totals is not None else entry_totals(stats)
     lookups, atomic, bucket = lookups.copy(), atomic.copy(), bucket.astype(np.uint64)
-    pos = map_positions(ck, keys)
+    pos = map_positions(ck, keys, index)
     listed = np.flatnonzero(pos >= 0)
     at = pos[listed]
     slot = cs[listed] if cs.ndim == 1 else None
@@ -346,6 +351,10 @@ def merged_list(keys: np.ndarray, stats: np.ndarray, totals: tuple | None, ck: n
     np.add.at(lookups, at, slot_lookups.astype(np.uint64))
     np.add.at(atomic, at, slot_atomic.astype(np.uint64))
     np.maximum.at(bucket, at, np.where(slot_lookups > 0, slot_bucket, 0).astype(np.uint64))
+    if lookups.all():    # every row counted (a full list): no gather
+        out = {f: keys[f].astype(np.uint64) for f in KEY_FIELDS}
+        out.update(lookups=lookups, atomic=atomic, bucket=bucket)
+        return out
     seen = np.flatnonzero(lookups)
     out = {f: keys[f][seen].astype(np.uint64) for f in KEY_FIELDS}
     out.update(lookups=lookups[seen], atomic=atomic[seen], bucket=bucket[seen])
@@ -363,58 +372,77 @@ def entry_totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     total, total_atomic = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
     for c in range(stats.shape[1] if stats.ndim == 2 else 0):
         seen = lookups[:, c] > 0
-        b = bucket[:, c].astype(np.int64)
-        top = np.where(seen & (b > top), b, top)
-        low = np.where(seen & (b < low), b, low)
+        b = bucket[:, c].astype(np.int64)      # a bucket is never negative: 0 stands for "none" in top
+        np.maximum(top, np.where(seen, b, 0), out=top)
+        b[~seen] = 1 << 40
+        np.minimum(low, b, out=low)
         total += lookups[:, c]
         total_atomic += atomic[:, c]
     return total, total_atomic, top, low
 
 
-def map_positions(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
+class AddressIndex:
+    """The map's rows sorted by address, kept from one read to the next: a
+    full list's keys rarely change between reads (a row's key is written
+    once), so one comparison finds the last sort still good."""
+
+    def __init__(self):
+        self.addrs: np.ndarray | None = None
+        self.order = self.sorted = np.zeros(0, dtype=np.int64)
+
+    def of(self, addrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(order, addrs[order]) of the map's addresses."""
+        if self.addrs is None or not np.array_equal(addrs, self.addrs):
+            self.addrs = addrs.copy()
+            self.order = np.argsort(addrs, kind="stable")
+            self.sorted = addrs[self.order]
+        return self.order, self.sorted
+
+
+def map_positions(cached: np.ndarray, mapped: np.ndarray, index: AddressIndex | None = None) -> np.ndarray:
     """The row of `mapped` (keys unique, as a map's are) holding each cached
     key, -1 where none does: >= 0 is exact.listed_futexes's rule with numpy
-    (tests/unit/test_exact.py checks that both agree). The map's addresses are looked up among the
-    cache's few (sorted), so only the map's rows sharing an address with a
-    cached key are compared whole: one pass over the map, no sort of it."""
+    (tests/unit/test_exact.py checks that both agree). With an `index` kept
+    between reads, the cache's few addresses are looked up among the map's
+    (sorted once); without one, the map's addresses among the cache's
+    (sorted), so only the map's rows sharing an address with a cached key
+    are compared whole: one pass over the map, no sort of it."""
     pos = np.full(len(cached), -1, dtype=np.int64)
     if not len(cached) or not len(mapped):
         return pos
+    if index is not None:
+        return _positions_among(cached, mapped, *index.of(mapped["uaddr"]))
     addrs = np.sort(cached["uaddr"])
     at = np.minimum(np.searchsorted(addrs, mapped["uaddr"]), len(addrs) - 1)
     rows = np.flatnonzero(addrs[at] == mapped["uaddr"])
     if len(rows):
-        near = _positions_among(cached, mapped[rows])
+        near = mapped[rows]
+        order = np.argsort(near["uaddr"])
+        near = _positions_among(cached, near, order, near["uaddr"][order])
         pos[near >= 0] = rows[near[near >= 0]]
     return pos
 
 
-def _positions_among(cached: np.ndarray, mapped: np.ndarray) -> np.ndarray:
-    """map_positions on the map's rows that share an address with the cache:
-    among the map's rows with a cached key's address (one, mostly: other
-    processes may use it too) the whole keys are compared."""
+def _positions_among(cached: np.ndarray, mapped: np.ndarray, order: np.ndarray,
+                     addrs: np.ndarray) -> np.ndarray:
+    """map_positions among `mapped`, sorted by address (`order`, and `addrs`:
+    their addresses in that order): among the map's rows with a cached
+    key's address (one, mostly: other processes may use it too) the whole
+    keys are compared."""
     pos = np.full(len(cached), -1, dtype=np.int64)
-    order = np.argsort(mapped["uaddr"])
-    addrs = mapped["uaddr"][order]
     first = np.searchsorted(addrs, cached["uaddr"])
-    ck, mk = _whole_keys(cached), _whole_keys(mapped)
     todo = np.arange(len(cached))
     j = 0
     while len(todo):   # the j-th map row with the address of each cached key still unmatched
         at = first[todo] + j
         ok = at < len(addrs)
         todo, at = todo[ok], at[ok]
-        row = order[at]
         same_addr = addrs[at] == cached["uaddr"][todo]
-        todo, row = todo[same_addr], row[same_addr]
-        hit = mk[row] == ck[todo]
+        todo, row = todo[same_addr], order[at[same_addr]]
+        hit = np.ones(len(todo), dtype=bool)
+        for f in KEY_FIELDS:
+            hit &= mapped[f][row] == cached[f][todo]
         pos[todo[hit]] = row[hit]
         todo = todo[~hit]
         j += 1
     return pos
-
-
-def _whole_keys(keys: np.ndarray) -> np.ndarray:
-    """Each key's KEY_FIELDS as one opaque 32-byte value, compared whole by np.isin."""
-    return np.ascontiguousarray(_columns(*(keys[f] for f in KEY_FIELDS))).view(
-        np.dtype((np.void, 8 * len(KEY_FIELDS)))).ravel()

@@ -115,8 +115,10 @@ class MapReader:
         _, keys, stats = table.read()
         self._scanned(table)
         per_cpu = np.stack([stats[f].astype(np.int64) for f in stat_fields], axis=-1).tolist()
-        return [{**dict(zip(key_fields, k)), "per_cpu": v}
-                for k, v in zip(zip(*(keys[f].tolist() for f in key_fields)), per_cpu)]
+        key_rows = list(zip(*(keys[f].tolist() for f in key_fields)))
+        del keys, stats
+        table.release()     # plain data now: the read's views are gone
+        return [{**dict(zip(key_fields, k)), "per_cpu": v} for k, v in zip(key_rows, per_cpu)]
 
     def cached_bucket_rows(self):
         """(cpu, tgid, kind, hash_mask, bucket, node, [lookups, atomic, kernel_checked, unlisted])

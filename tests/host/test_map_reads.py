@@ -31,12 +31,31 @@ def write_rows(bpf, name: str, rows: dict[int, tuple], ncpu: int, max_rows: int,
     bpf["row_next"][ctypes.c_uint32(which)] = ctypes.c_uint64(max(rows) + 1)
 
 
-def test_row_tables_read_back_what_was_written():
+@pytest.fixture(params=["copied", "in place"])
+def row_reads(request, monkeypatch):
+    """Row tables read both ways (RowTable._in_place): copied out of a
+    mapping of the rows in use, or viewed in a mapping held for the read;
+    the list of which way each read went."""
+    from futextrace.loading.rowtables import RowTable
+    monkeypatch.setattr(RowTable, "in_place_from", 2.0 if request.param == "copied" else 0.0)
+    ways, real = [], RowTable._in_place
+
+    def spy(self, n):
+        got = real(self, n)
+        if n:     # an empty table has nothing to read either way
+            ways.append("in place" if got is not None else "copied")
+        return got
+    monkeypatch.setattr(RowTable, "_in_place", spy)
+    return request.param, ways
+
+
+def test_row_tables_read_back_what_was_written(row_reads):
     """The per-futex list and the exact counts' row tables filled here with
     12,000 and 3,000 rows of distinct per-CPU values (the traced hot path
     lists only futexes with repeated lookups while cached, so a workload would
     not fill them reliably), some rows left without lookups as a given-back
-    row is: MapReader reads back exactly the rows with lookups, per CPU."""
+    row is: MapReader reads back exactly the rows with lookups, per CPU,
+    whether the rows are copied or viewed where they are."""
     from futextrace.loading.loader import MAX_BUCKETS
     from futextrace.loading.maps import MapReader
     from futextrace.loading.rowtables import ROWS_BUCKETS, ROWS_FUTEXES
@@ -72,6 +91,9 @@ def test_row_tables_read_back_what_was_written():
         want = {tuple(k.values()): [[s["lookups"], s["atomic_lookups"], s["kernel_checked"], s["unlisted"]]
                                     for s in st] for k, st in buckets.values()}
         assert got == want
+        way, ways = row_reads
+        assert ways == [way, way]
+        assert not any(t._open for t in reader._rows.values())   # nothing left mapped after the reads
     finally:
         if reader is not None:
             reader.close()
@@ -81,7 +103,7 @@ def test_row_tables_read_back_what_was_written():
         sleeper.wait()
 
 
-def test_lean_reading_equals_the_full_recordings():
+def test_lean_reading_equals_the_full_recordings(row_reads):
     """What the exporter serves from summary.py's arrays is what it would
     serve from build_recording: two stopped workloads, one on a custom hash,
     one automatic, many futexes in the map and in the per-CPU cache. Traced
@@ -116,8 +138,11 @@ def test_lean_reading_equals_the_full_recordings():
         # The batch buffers' pages handed back between reads (as the exporter
         # does after each scrape): the next read fills them again, the same.
         rec.release_read_buffers()
+        assert not any(t._open for t in rec.reader._rows.values())
         again = from_recording(rec.recording(1.0))
         assert (again.processes, again.totals) == (lean.processes, lean.totals)
+        way, ways = row_reads
+        assert ways and set(ways) == {way}
     finally:
         for wl in wls:
             wl.kill()

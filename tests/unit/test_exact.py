@@ -11,7 +11,8 @@ from collections import Counter
 
 import numpy as np
 
-from futextrace.loading.maparrays import futex_arrays_of, futex_share_rows, map_positions, merged_list
+from futextrace.loading.maparrays import (AddressIndex, futex_arrays_of, futex_share_rows, map_positions,
+                                          merged_list)
 from futextrace.loading import exact
 
 NCPU = 3
@@ -100,6 +101,7 @@ def test_numpy_path_agrees_with_plain_path():
 
 
 def test_cached_futex_counts_only_when_listed():
+    index = AddressIndex()    # kept from one draw to the next, as between reads
     for seed in range(5):
         _, fmap, _, cached = tiers(seed)
         in_list = {(f["tgid"], f["uaddr"]) for f in fmap}
@@ -109,6 +111,8 @@ def test_cached_futex_counts_only_when_listed():
         mk, _ = futex_arrays_of(fmap, KEY, STAT, NCPU)
         ck, _ = futex_arrays_of(cached, KEY, STAT, NCPU)
         assert (map_positions(ck, mk) >= 0).tolist() == [(c["tgid"], c["uaddr"]) in in_list for c in cached]
+        for _ in range(2):    # a new map, then the same one again
+            assert map_positions(ck, mk, index).tolist() == map_positions(ck, mk).tolist()
 
 
 def shared_addresses(seed: int):
@@ -130,6 +134,7 @@ def shared_addresses(seed: int):
 
 
 def test_merged_list_adds_each_listed_cache_slot_to_its_futex():
+    index = AddressIndex()
     for seed in range(6):
         fmap, cached = shared_addresses(seed)
         want = {}
@@ -145,10 +150,11 @@ def test_merged_list_adds_each_listed_cache_slot_to_its_futex():
         want = {k: tuple(v) for k, v in want.items() if v[0]}
         mk, ms = futex_arrays_of(fmap, KEY, STAT, NCPU)
         ck, cs = futex_arrays_of(cached, KEY, STAT, NCPU)
-        got = merged_list(mk, ms, None, ck, cs)
-        cols = [got[f].tolist() for f in ("tgid", "kind", "uaddr", "hash_mask", "lookups", "atomic", "bucket")]
-        assert {tuple(r[:4]): tuple(r[4:]) for r in zip(*cols)} == want
-        assert len(cols[0]) == len(want)
+        for kept in (None, index, index):
+            got = merged_list(mk, ms, None, ck, cs, kept)
+            cols = [got[f].tolist() for f in ("tgid", "kind", "uaddr", "hash_mask", "lookups", "atomic", "bucket")]
+            assert {tuple(r[:4]): tuple(r[4:]) for r in zip(*cols)} == want
+            assert len(cols[0]) == len(want)
 
 
 def test_numpy_share_of_futexes_hashed_to_different_buckets_by_cpu():

@@ -192,3 +192,22 @@ def test_a_sort_hint_only_changes_how_fast_rows_are_sorted():
         order = hint.argsort(rows)
         assert sorted(order.tolist()) == list(range(len(rows)))          # a permutation of the rows
         assert (np.diff(rows[order].astype(np.float64)) >= 0).all()      # that sorts them
+
+
+def test_runs_kept_by_a_hint_are_those_of_a_fresh_sort():
+    """Rows the same as at the last read get the last runs back; changed rows
+    (one value, or a row more) are sorted again."""
+    import numpy as np
+    from futextrace.export.summary import SortHint, _runs
+    rng, hint = np.random.default_rng(5), SortHint()
+    cols = [rng.integers(0, 4, 300).astype(np.uint64), rng.integers(0, 64, 300).astype(np.uint64)]
+    for change in (None, None, "value", None, "row", None):
+        if change == "value":
+            cols[1][7] = (cols[1][7] + 1) % 64
+        elif change == "row":
+            cols = [np.append(c, np.uint64(1)) for c in cols]
+        order, starts = _runs([c.copy() for c in cols], hint)
+        fresh_order, fresh_starts = _runs(cols)
+        assert starts.tolist() == fresh_starts.tolist()
+        for c in cols:
+            assert c[order].tolist() == c[fresh_order].tolist()
