@@ -18,7 +18,8 @@ What the hash did by itself is done here:
   free queue, where BPF takes new rows first) at a read at least
   GIVE_BACK_AFTER_S later, so that no BPF program still holds it. Lookups
   counted into it in between are handed to the caller then, as those of
-  the deletion were.
+  the deletion were. A table that was full takes new keys again then (its
+  per-CPU full flags are cleared).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import time
 
 import numpy as np
 
+from futextrace.kernel.layout import COUNTER
 from futextrace.loading import bcclite
 
 ROWS_FUTEXES, ROWS_BUCKETS = 0, 1          # row_next's index of each table (bpf/maps.h)
@@ -59,6 +61,9 @@ class RowTable:
         assert self.key_dtype.itemsize % 8 == 0 and self.stat_dtype.itemsize % 8 == 0
         self._lookups_word = self.stat_dtype.fields["lookups"][1] // 8
         self._next = mmap.mmap(bpf["row_next"].map_fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        # The per-CPU flag with which a CPU stops inserting once the table had no row left.
+        self._counters = bpf["counters"]
+        self._full_flag = COUNTER["FTC_FUTEXES_FULL" if name == "futexes" else "FTC_BUCKETS_FULL"]
         # (when, rows, their lookups and atomic lookups then), per deletion not yet given back
         self._deleted: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
         self._open: list[mmap.mmap] = []   # mappings the last read's views are of (release())
@@ -186,7 +191,17 @@ class RowTable:
                 _zero(m, n, sw, given)
         for r in given.tolist():
             self._free.push(ct.c_uint32(r))
+        self._clear_full_flag()
         return late
+
+    def _clear_full_flag(self) -> None:
+        """Let every CPU insert again: the table has free rows now. A CPU that
+        finds none again sets its flag again. Only a key's first lookup
+        inserts (bpf/tiers.h), so what was turned away while full stays
+        counted where it was (unlisted, unattributed), never twice."""
+        zero = self._counters.Leaf()      # one zero per possible CPU
+        bcclite.lib().bpf_update_elem(self._counters.map_fd, ct.byref(ct.c_uint32(self._full_flag)),
+                                      ct.byref(zero), 0)
 
 
 def _zero(buf, n: int, words: int, rows: np.ndarray) -> None:
@@ -202,20 +217,25 @@ def row_totals(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _map_rows(fd: int, offset: int, length: int, write: bool = False) -> mmap.mmap:
     """A mapping of `length` bytes of a memory-mappable BPF array from byte
-    `offset` (a multiple of the page size)."""
+    `offset` (a multiple of the page size: the kernel's rule)."""
     prot = mmap.PROT_READ | (mmap.PROT_WRITE if write else 0)
     return mmap.mmap(fd, -(-length // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.MAP_SHARED, prot, offset=offset)
 
 
 class _rows_mapped:
-    """A mapping of `length` bytes of a memory-mappable BPF array from byte
-    `offset` (a multiple of the page size), for a `with` block."""
+    """`length` bytes of a memory-mappable BPF array from byte `offset`, for a
+    `with` block: a mapping from the page that holds that byte (a CPU's stats
+    begin on a page boundary only where max_rows times their size is a
+    multiple of the page size: --max-futexes 2000 is not)."""
 
     def __init__(self, fd: int, offset: int, length: int, write: bool = False):
-        self._m = _map_rows(fd, offset, length, write)
+        start = offset - offset % mmap.PAGESIZE
+        self._m = _map_rows(fd, start, offset - start + length, write)
+        self._view = memoryview(self._m)[offset - start:offset - start + length]
 
-    def __enter__(self) -> mmap.mmap:
-        return self._m
+    def __enter__(self) -> memoryview:
+        return self._view
 
     def __exit__(self, *exc) -> None:
+        self._view.release()
         self._m.close()

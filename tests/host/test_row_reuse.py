@@ -110,3 +110,40 @@ def test_forgotten_rows_are_given_back_and_taken_again(tmp_path):
             reader.close()
         if session is not None:
             session.close()
+
+
+def test_a_full_list_takes_new_futexes_again_once_rows_are_given_back(tmp_path):
+    """A list one process filled (its CPUs' full flags set: no more inserts)
+    takes the next process's futexes once the first is forgotten and its
+    rows are given back: every row again, no more."""
+    from futextrace.loading.maparrays import ArrayReader
+    from futextrace.loading.rowtables import GIVE_BACK_AFTER_S
+    from futextrace.record.session import RecordOptions, TraceSession
+    capacity = 2000        # under NFUTEXES + 1: the first process fills the list
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler: run scripts/bootstrap.sh"
+    exe = tmp_path / f"ftfull{os.getpid() % 100000}"
+    subprocess.run([cc, "-O2", "-o", str(exe), str(DATA / "manyfutexes.c")], check=True)
+    session = reader = None
+    try:
+        session = TraceSession(RecordOptions(comms=[exe.name], method="tracepoint", announce=False,
+                                             max_futexes=capacity))
+        session.start()
+        reader = ArrayReader(session.program)
+        first = run(exe, tmp_path / "a.json")
+        assert len(listed(reader, first["pid"])) == capacity
+        assert any(reader.counters([])["FUTEXES_FULL"]), "the full list set no CPU's flag"
+
+        reader.futex_list({first["pid"]})
+        time.sleep(GIVE_BACK_AFTER_S + 0.05)
+        assert listed(reader, first["pid"]) == set()           # the read that gives the rows back
+        assert not any(reader.counters([])["FUTEXES_FULL"])
+
+        second = run(exe, tmp_path / "b.json")
+        assert len(listed(reader, second["pid"])) == capacity
+        assert reader.rows("futexes").used_rows() == capacity
+    finally:
+        if reader is not None:
+            reader.close()
+        if session is not None:
+            session.close()
