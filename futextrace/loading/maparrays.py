@@ -33,8 +33,11 @@ class ArrayReader(MapReader):
     def __init__(self, program):
         super().__init__(program)
         self.deleted = {"private": 0, "atomic": 0, "global": 0}   # lookups of deleted entries
-        self._map_share = np.zeros((0, len(exact.BUCKET_FIELDS)), dtype=np.uint64)
-        self._cache_share = self._map_share
+        # The futexes map's and the lookup cache's share of the exact counts, as
+        # columns that bucket_columns writes into its rows (then drops: they may
+        # be views of a row table's mapping, which cannot close while they exist).
+        self._map_share: list = NO_ROWS
+        self._cache_share: list = NO_ROWS
         self._futex_index = AddressIndex()       # the per-futex list's rows by address, kept between reads
         self._dtypes: dict[str, np.dtype] = {}   # numpy's view of BCC's ctypes types: 4 ms each to build
         self._buffers = BatchBuffers()           # the batch reads' buffers, kept between scrapes
@@ -148,7 +151,7 @@ class ArrayReader(MapReader):
         kd, sd = table.key_dtype, table.stat_dtype
         keys, stats = self._read_rows(table, forgotten)
         totals = entry_totals(stats)
-        self._map_share = futex_share_columns(keys, stats, totals)   # the map's share of the exact counts
+        self._map_share = futex_share_parts(keys, stats, totals)   # the map's share of the exact counts
         return (keys, stats, totals, *self._cache_slots(kd, sd))
 
     def _cache_slots(self, kd: np.dtype, sd: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -164,8 +167,8 @@ class ArrayReader(MapReader):
         del view
         # Their share of the exact per-bucket counts, as exact.cache_bucket_rows gives it.
         k, st = slots["key"], slots["st"]
-        self._cache_share = _columns(k["tgid"], k["kind"], k["hash_mask"], st["bucket"], st["lookups"],
-                                     st["atomic_lookups"], np.zeros(len(used), dtype=np.uint64))
+        self._cache_share = [k["tgid"], k["kind"], k["hash_mask"], st["bucket"], st["lookups"],
+                             st["atomic_lookups"], 0]
         keys = np.zeros(len(used), dtype=kd)
         for name in kd.names:
             keys[name] = k[name]
@@ -211,10 +214,12 @@ class ArrayReader(MapReader):
         k, stats = self._read_rows(self.rows("buckets"), forgotten)
         lookups, atomic, unlisted = (stats[f].sum(axis=1, dtype=np.uint64)
                                      for f in ("lookups", "atomic_lookups", "unlisted"))
-        bmap = _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], lookups, atomic, unlisted)
+        bmap = [k["tgid"], k["kind"], k["hash_mask"], k["bucket"], lookups, atomic, unlisted]
         # The futexes map's share first: its rows keep their places from one read to the next
         # (summary.SortHint), the buckets map's move when one is inserted.
-        return _stacked([self._map_share, bmap, self._cache_share, self._bucket_cache_share()])
+        rows = _stacked([self._map_share, bmap, self._cache_share, self._bucket_cache_share()])
+        self._map_share = self._cache_share = NO_ROWS
+        return rows
 
     def interval_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """What a `record -i` row reads (record/live.py): the per-futex list
@@ -228,6 +233,7 @@ class ArrayReader(MapReader):
         blookups = stats["lookups"].sum(axis=1, dtype=np.uint64)
         slots = self._bucket_cache_slots()
         tiers += [nodebuckets.bucket_tier(bkeys, blookups), nodebuckets.bucket_tier(slots["key"], slots["st"]["lookups"])]
+        self._map_share = self._cache_share = NO_ROWS      # not used here
         return futexes, nodebuckets.group(tiers)
 
     def interval_counters(self, buckets: dict[str, np.ndarray]) -> dict[str, list[int]]:
@@ -248,12 +254,11 @@ class ArrayReader(MapReader):
         del view    # the mapping cannot close while a view exists
         return slots
 
-    def _bucket_cache_share(self) -> np.ndarray:
-        """The per-bucket cache's used slots as rows (exact.cache_bucket_rows's)."""
+    def _bucket_cache_share(self) -> list:
+        """The per-bucket cache's used slots as columns of rows (exact.cache_bucket_rows's)."""
         slots = self._bucket_cache_slots()
         k, st = slots["key"], slots["st"]
-        return _columns(k["tgid"], k["kind"], k["hash_mask"], k["bucket"], st["lookups"], st["atomic_lookups"],
-                        st["unlisted"])
+        return [k["tgid"], k["kind"], k["hash_mask"], k["bucket"], st["lookups"], st["atomic_lookups"], st["unlisted"]]
 
     def _count_deleted(self, kind: int, lookups: int, atomic: int) -> None:
         if kind == KIND["FT_PRIVATE"]:
@@ -263,53 +268,65 @@ class ArrayReader(MapReader):
             self.deleted["global"] += lookups
 
 
-def _columns(*cols: np.ndarray) -> np.ndarray:
-    """Equal-length columns as the rows of one uint64 array, stored column by
-    column (Fortran order): each column is written, and later read, as one
-    contiguous run (row by row, a full map's columns cost ~4 ms a scrape)."""
-    out = np.empty((len(cols[0]), len(cols)), dtype=np.uint64, order="F")
-    for i, c in enumerate(cols):
-        out[:, i] = c
-    return out
+NO_ROWS = [np.zeros(0, dtype=np.uint64)] * len(exact.BUCKET_FIELDS)   # columns of no rows
 
 
-def _stacked(parts: list[np.ndarray]) -> np.ndarray:
-    """np.concatenate of _columns arrays, kept column by column."""
-    out = np.empty((sum(len(p) for p in parts), parts[0].shape[1]), dtype=np.uint64, order="F")
+def _columns(*cols) -> np.ndarray:
+    """Equal-length columns (the first an array; a number stands for a column
+    of it) as the rows of one uint64 array, stored column by column (Fortran
+    order): each column is written, and later read, as one contiguous run
+    (row by row, a full map's columns cost ~4 ms a scrape)."""
+    return _stacked([list(cols)])
+
+
+def _stacked(parts: list[list]) -> np.ndarray:
+    """The rows of several sets of columns (each as _columns takes them) in one
+    uint64 array, column by column: each column written once, straight from
+    where it is (a full scrape's share of the futexes map copied into an array
+    of its own first, then into this one, was 3.6 MB more fresh heap, ~900 page
+    faults, a read)."""
+    sizes = [len(p[0]) for p in parts]
+    out = np.empty((sum(sizes), len(parts[0])), dtype=np.uint64, order="F")
     at = 0
-    for p in parts:
-        out[at:at + len(p)] = p
-        at += len(p)
+    for p, n in zip(parts, sizes):
+        for i, c in enumerate(p):
+            out[at:at + n, i] = c
+        at += n
     return out
 
 
-def futex_share_columns(keys: np.ndarray, stats: np.ndarray, totals: tuple | None = None) -> np.ndarray:
+def futex_share_parts(keys: np.ndarray, stats: np.ndarray, totals: tuple | None = None) -> list:
     """exact.bucket_rows(exact.futex_share(...)) of the futexes map's arrays,
-    with numpy (a full map every scrape), as the rows of a uint64 array, added
-    up per bucket the same (never unlisted): a row per futex entry whose CPUs
+    with numpy (a full map every scrape), as rows added up per bucket the
+    same (never unlisted): a row per futex entry whose CPUs
     all computed one bucket (a private futex's bucket is its key's), their
     counts summed, in the map's order, then a row per CPU of the others (a
     global futex seen on CPUs of different nodes). A row per futex, not per
     CPU, stays at the same place from one read to the next, which
     summary.SortHint needs, and there are fewer of them with more CPUs.
-    Mirrors loading/exact.py; tests/unit/test_exact.py checks the sums agree."""
+    Mirrors loading/exact.py; tests/unit/test_exact.py checks the sums agree.
+    The rows' columns, as _columns takes them (views of `keys` where no row
+    is left out): bucket_columns writes them into its own array."""
     lookups, bucket, atomic = stats["lookups"], stats["bucket"], stats["atomic_lookups"]
     total, total_atomic, top, low = totals if totals is not None else entry_totals(stats)
     any_cpu = total > 0
     if any_cpu.all() and (top == low).all():
         # Every entry counted, each on one bucket (a full list of private
         # futexes): the same rows as below, with no gather.
-        return _columns(keys["tgid"], keys["kind"], keys["hash_mask"], top, total, total_atomic,
-                        np.zeros(len(keys), dtype=np.uint64))
+        return [keys["tgid"], keys["kind"], keys["hash_mask"], top, total, total_atomic, 0]
     one, many = np.flatnonzero(any_cpu & (top == low)), np.flatnonzero(any_cpu & (top != low))
     entry, cpu = np.nonzero(lookups[many])
     entry = many[entry]
     rows = np.concatenate([one, entry])
-    return _columns(keys["tgid"][rows], keys["kind"][rows], keys["hash_mask"][rows],
-                    np.concatenate([top[one], bucket[entry, cpu]]),
-                    np.concatenate([total[one], lookups[entry, cpu]]),
-                    np.concatenate([total_atomic[one], atomic[entry, cpu]]),
-                    np.zeros(len(rows), dtype=np.uint64))
+    return [keys["tgid"][rows], keys["kind"][rows], keys["hash_mask"][rows],
+            np.concatenate([top[one], bucket[entry, cpu]]),
+            np.concatenate([total[one], lookups[entry, cpu]]),
+            np.concatenate([total_atomic[one], atomic[entry, cpu]]), 0]
+
+
+def futex_share_columns(keys: np.ndarray, stats: np.ndarray, totals: tuple | None = None) -> np.ndarray:
+    """futex_share_parts as the rows of one uint64 array."""
+    return _columns(*futex_share_parts(keys, stats, totals))
 
 
 def futex_share_rows(keys: np.ndarray, stats: np.ndarray) -> list[tuple]:
