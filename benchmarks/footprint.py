@@ -242,7 +242,10 @@ def measure_bpftrace(seconds: float) -> dict:
 
 # --- the run ----------------------------------------------------------------------
 
-def describe(tool: str, load: str, runs: list[dict]) -> dict:
+def describe(tool: str, load: str, runs: list[dict], scrape: bool = True) -> dict:
+    """A table row of these runs; `scrape` False: no CPU per scrape (a start's
+    3 scrapes of nothing are under the clock's 10 ms tick, and less the idle
+    rate can even come out negative)."""
     ok = [r for r in runs if "error" not in r]
     for r in runs:
         print(f"# {tool} [{load}]: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
@@ -252,7 +255,8 @@ def describe(tool: str, load: str, runs: list[dict]) -> dict:
     llvm = "-" if not ok else ("yes, " + col("llvm_mib", "{:.0f}") + " MiB resident"
                                if any(r["llvm"] for r in ok) else "no")
     return {"tool": tool, "load": load, "maxrss": col("maxrss_mib", "{:.0f}"), "rss": col("rss_mib", "{:.0f}"),
-            "attach": col("attach_s", "{:.2f}"), "scrape": col("scrape_ms", "{:.1f}"), "llvm": llvm}
+            "attach": col("attach_s", "{:.2f}"), "scrape": col("scrape_ms", "{:.1f}") if scrape else "-",
+            "llvm": llvm}
 
 
 def run_load(load: str, a, bench: str, have: dict) -> list[dict]:
@@ -273,7 +277,8 @@ def run_load(load: str, a, bench: str, have: dict) -> list[dict]:
                 port = free_port()
                 serve = futextrace_cmd("serve", "--listen", f"127.0.0.1:{port}", *pids)
                 rows.append(describe(f"futextrace {name} (start only)", load,
-                                     [measure_exporter(serve, port, "serving", 3, 2) for _ in range(a.repeat)]))
+                                     [measure_exporter(serve, port, "serving", 3, 2) for _ in range(a.repeat)],
+                                     scrape=False))
         if a.only in (None, "futextrace") and not quiet:
             rows.append(describe("futextrace record -i 1", load,
                                  [measure_record(workload.pid, max(a.duration, 6), "-i", "1")]))
