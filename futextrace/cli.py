@@ -9,14 +9,20 @@ import sys
 from futextrace.loading import earlyprograms
 
 
+M_ARENA_MAX = -8      # glibc's mallopt parameter
+
+
 def one_malloc_arena() -> None:
-    """glibc gives each thread that allocates its own malloc arena, kept for
-    the process's life: the early maps' and programs' threads, the program
-    loads', the ring buffer's and the HTTP server's held 9 MiB of `serve`'s
-    RSS (62.5 against 53.6 MiB with one arena). None of them allocates much
-    or often, so they share the main one (M_ARENA_MAX); before any thread."""
+    """What MALLOC_ARENA_MAX=1 does (the systemd unit and the image set it),
+    for every command: glibc gives each thread that allocates its own malloc
+    arena, kept for the process's life: the early maps' and programs'
+    threads, the program loads', the ring buffer's and the HTTP server's (a
+    new thread per scrape) held 9 MiB of `serve`'s RSS (62.5 against 53.6 MiB
+    with one arena; 40 MiB over a 1 s soak before, docs/figures.md). None of
+    them allocates much or often, so they share the main one; before any
+    thread starts."""
     try:
-        ctypes.CDLL(None).mallopt(-8, 1)      # M_ARENA_MAX
+        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
     except (OSError, AttributeError):
         pass      # not glibc: its allocator's own way
 

@@ -62,8 +62,6 @@ def command(listen, pids, comms, cgroups, max_processes, grace_s, min_interval, 
     from prometheus_client import CollectorRegistry
     from prometheus_client.process_collector import ProcessCollector
 
-
-    http.one_malloc_arena()
     addr, port = http.parse_listen(listen)
     for pid in pids:
         targets.check_pid(pid)

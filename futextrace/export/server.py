@@ -9,7 +9,6 @@ is ignored quietly (no traceback on stderr).
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import ipaddress
 import socket
@@ -24,21 +23,6 @@ from futextrace.errors import EnvironmentProblem, UsageError
 DEFAULT_PORT = 9477
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 REQUEST_TIMEOUT_S = 10.0
-
-
-M_ARENA_MAX = -8      # glibc's mallopt parameter
-
-
-def one_malloc_arena() -> None:
-    """What MALLOC_ARENA_MAX=1 does (the systemd unit and the image set it), for
-    every start: glibc gives threads that allocate at once arenas of their own,
-    every scrape is served on a new thread, and freed memory stays mapped in
-    each arena (40 MiB of RSS over a 1 s soak, docs/figures.md). Called before
-    any thread starts; without glibc's mallopt, nothing is done."""
-    try:
-        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
-    except (OSError, AttributeError):
-        pass
 
 
 def parse_listen(value: str) -> tuple[str, int]:
