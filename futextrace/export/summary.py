@@ -40,21 +40,22 @@ class SortHint:
     def __init__(self):
         self.order: np.ndarray | None = None
         self.packed: np.ndarray | None = None   # the last read's rows, packed
-        self.starts: np.ndarray | None = None   # where its runs begin (_runs), None: not known
+        self.starts: np.ndarray | None = None   # where their runs begin in that order
 
     def argsort(self, packed: np.ndarray) -> np.ndarray:
         last, n = self.order, len(packed)
-        if last is not None and self.packed is not None and np.array_equal(packed, self.packed):
-            self.packed = packed      # the same rows: _runs keeps the runs it found
-            return last
-        self.starts = None
         if last is None:
-            order = np.argsort(packed)
-        else:   # the last order, less rows now gone, then the new rows
-            start = np.concatenate([last[last < n], np.arange(len(last), n)])
-            order = start[np.argsort(packed[start], kind="stable")]
-        self.order, self.packed = order, packed
-        return order
+            return np.argsort(packed)
+        # the last order, less rows now gone, then the new rows
+        start = np.concatenate([last[last < n], np.arange(len(last), n)])
+        return start[np.argsort(packed[start], kind="stable")]
+
+    def runs(self, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """_runs of these packed rows: the last read's, where they are the same."""
+        if self.packed is None or not np.array_equal(packed, self.packed):
+            self.order = self.argsort(packed)
+            self.packed, self.starts = packed, _starts([packed[self.order]])
+        return self.order, self.starts
 
 
 class SortHints(dict):
@@ -67,32 +68,23 @@ class SortHints(dict):
 
 def _runs(cols: list[np.ndarray], hint: SortHint | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(order, starts): the rows sorted by cols, and where each run of equal
-    cols begins in that order."""
-    order, packed = _sort_order(cols, hint)
-    if packed is None:
-        return order, _starts([c[order] for c in cols])
-    if hint is not None and hint.starts is not None and hint.packed is packed:
-        return order, hint.starts          # the same rows as at the last read
-    starts = _starts([packed[order]])      # one column to compare: the packed rows, sorted
-    if hint is not None and hint.packed is packed:
-        hint.starts = starts
-    return order, starts
-
-
-def _sort_order(cols: list[np.ndarray], hint: SortHint | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Rows in the order of np.lexsort(cols[::-1]) up to the order within a
-    run of equal rows (which every caller only sums or takes the max of):
-    one argsort of the columns packed into a uint64 where their values fit
-    (tgid, mask, bucket do). A lexsort of three columns of a full map cost
-    5 ms a scrape; numpy's quicksort of one uint64 column (vectorised) well
-    under 1. Returns the order and the packed column (None: not packed)."""
+    cols begins in that order. Rows in the order of np.lexsort(cols[::-1])
+    up to the order within a run of equal rows (which every caller only sums
+    or takes the max of): one argsort of the columns packed into a uint64
+    where their values fit (tgid, mask, bucket do). A lexsort of three
+    columns of a full map cost 5 ms a scrape; numpy's quicksort of one
+    uint64 column (vectorised) well under 1."""
     widths = [int(c.max()).bit_length() if len(c) else 0 for c in cols]
     if len(cols) < 2 or sum(widths) > 64 or any(c.dtype.kind not in "ui" or (len(c) and c.min() < 0) for c in cols):
-        return np.lexsort(cols[::-1]), None
+        order = np.lexsort(cols[::-1])
+        return order, _starts([c[order] for c in cols])
     packed = np.zeros(len(cols[0]), dtype=np.uint64)
     for c, w in zip(cols, widths):
         packed = (packed << np.uint64(w)) | c.astype(np.uint64)
-    return (np.argsort(packed) if hint is None else hint.argsort(packed)), packed
+    if hint is not None:
+        return hint.runs(packed)
+    order = np.argsort(packed)
+    return order, _starts([packed[order]])      # one column to compare: the packed rows, sorted
 
 
 def merge(keys: np.ndarray, stats: np.ndarray) -> dict[str, np.ndarray]:
