@@ -102,11 +102,18 @@ class RowTable:
         if n:
             with _rows_mapped(self._keys_fd, 0, n * kw * 8) as m:
                 keys[:] = np.frombuffer(m, dtype=np.uint64, count=n * kw).reshape(n, kw)
-            for c in range(self.ncpu):     # CPU c's stats: [c * max_rows, c * max_rows + n)
-                with _rows_mapped(self._stats_fd, c * self.max_rows * sw * 8, n * sw * 8) as m:
-                    stats[c] = np.frombuffer(m, dtype=np.uint64, count=n * sw).reshape(n, sw)
+            for c, m in self._each_cpu_stats(n):
+                stats[c] = np.frombuffer(m, dtype=np.uint64, count=n * sw).reshape(n, sw)
         self.bytes_scanned += keys.nbytes + stats.nbytes
         return keys, stats
+
+    def _each_cpu_stats(self, n: int, write: bool = False):
+        """(CPU, a mapping of its stats of the first n rows), one CPU at a time:
+        CPU c's are [c * max_rows, c * max_rows + n)."""
+        size = self.stat_dtype.itemsize
+        for c in range(self.ncpu):
+            with _rows_mapped(self._stats_fd, c * self.max_rows * size, n * size, write) as m:
+                yield c, m
 
     def _in_place(self, n: int) -> tuple[np.ndarray, np.ndarray] | None:
         """(keys, stats) as _copy gives them, but views of mappings kept until
@@ -148,7 +155,13 @@ class RowTable:
         else:
             rows = np.flatnonzero(live)
             keys, stats = keys[rows], stats[:, rows]
-        return rows, keys.view(self.key_dtype).reshape(-1), stats.view(self.stat_dtype).reshape(self.ncpu, len(rows)).T
+        return (rows, *self._as_rows(keys, stats))
+
+    def _as_rows(self, keys: np.ndarray, stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Words (keys (n, words), stats (ncpu, n, words)) as structured keys
+        (n,) and stats (n, ncpu), the latter turned round, not copied."""
+        return (keys.view(self.key_dtype).reshape(-1),
+                stats.view(self.stat_dtype).reshape(self.ncpu, stats.shape[1]).T)
 
     def delete(self, rows: np.ndarray, keys: np.ndarray, stats: np.ndarray) -> np.ndarray:
         """Delete these rows' keys (as read() gave them, with their `stats`
@@ -176,8 +189,7 @@ class RowTable:
             return late
         self._deleted = [d for d in self._deleted if now - d[0] < GIVE_BACK_AFTER_S]
         n = int(max(d[1].max() for d in due)) + 1      # rows up to the highest one given back
-        keys, stats = self._copy(n)
-        keys, stats = keys.view(self.key_dtype).reshape(-1), stats.view(self.stat_dtype).reshape(self.ncpu, n).T
+        keys, stats = self._as_rows(*self._copy(n))
         for _, rows, lookups, atomic in due:
             now_lookups, now_atomic = row_totals(stats[rows])
             if (now_lookups != lookups).any():
@@ -186,9 +198,8 @@ class RowTable:
         kw, sw = self.key_dtype.itemsize // 8, self.stat_dtype.itemsize // 8
         with _rows_mapped(self._keys_fd, 0, n * kw * 8, write=True) as m:
             _zero(m, n, kw, given)
-        for c in range(self.ncpu):
-            with _rows_mapped(self._stats_fd, c * self.max_rows * sw * 8, n * sw * 8, write=True) as m:
-                _zero(m, n, sw, given)
+        for _, m in self._each_cpu_stats(n, write=True):
+            _zero(m, n, sw, given)
         for r in given.tolist():
             self._free.push(ct.c_uint32(r))
         self._clear_full_flag()
