@@ -49,7 +49,7 @@ def row_reads(request, monkeypatch):
     return request.param, ways
 
 
-def test_row_tables_read_back_what_was_written(row_reads):
+def test_row_tables_read_back_what_was_written(row_reads, sleeper):
     """The per-futex list and the exact counts' row tables filled here with
     12,000 and 3,000 rows of distinct per-CPU values (the traced hot path
     lists only futexes with repeated lookups while cached, so a workload would
@@ -64,8 +64,7 @@ def test_row_tables_read_back_what_was_written(row_reads):
     pid = 0x7ffffff0     # no such process: nothing traced adds rows of it
     try:
         # A process that makes no futex call: the tables hold only what is written here.
-        sleeper = subprocess.Popen(["sleep", "60"])
-        rec = TraceSession(RecordOptions(pids=[sleeper.pid], method="tracepoint", announce=False))
+        rec = TraceSession(RecordOptions(pids=[sleeper], method="tracepoint", announce=False))
         rec.start()
         reader = MapReader(rec.program)
         ncpu, nf = rec.program.ncpu_ids, rec.program.max_futexes
@@ -99,8 +98,6 @@ def test_row_tables_read_back_what_was_written(row_reads):
             reader.close()
         if rec is not None:
             rec.close()
-        sleeper.kill()
-        sleeper.wait()
 
 
 def test_lean_reading_equals_the_full_recordings(row_reads):
