@@ -376,7 +376,7 @@ def main() -> int:
                          "(futexbench, 2 threads), busy (the workload and a busy loop per CPU); comma-separated")
     ap.add_argument("--only", choices=["futextrace", "others"], help="measure only futextrace, or only the others")
     ap.add_argument("--scrape-loads", default="1024,full",
-                    help="scrape_cost.py's loads whose read is measured in this process (\"\": none)")
+                    help="scrape_cost.py's loads whose read it measures, in a process of its own (\"\": none)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("footprint.py: needs root")
