@@ -4,14 +4,21 @@ The kernel takes 45-90 ms to create a preallocated per-CPU hash of 65,536
 entries (`futexes`, `buckets`: one per-CPU allocation per entry, each under
 the kernel's percpu lock), and a warm start could only begin once the kernel
 model and the options had given the maps' sizes: on an idle 2-CPU host, a
-third of the start. The last start of the same command almost always asks
-for the same maps, so the command line (cli.py, before its own imports)
-starts a thread that creates the big maps that start created, as the program
-cache's `prog/early-maps` file describes them, and the replay
+third of the start. The last start of the same command with the same options
+almost always asks for the same maps, so the command line (cli.py, before its
+own imports) starts a thread that creates the big maps that start created, as
+the program cache's `prog/early-maps` file describes them, and the replay
 (bcclite.CachedModule) takes a map from here only where its description is
 the same in every field. A map made here is new and empty, so taking it is
 creating it a little earlier; what nothing took is closed (close_untaken). A
 wrong or stale description costs some CPU time, never a map of the wrong kind.
+
+The hint is kept per command shape: the command and the names of the options
+given ("serve --listen -p", values left out: a PID differs at each start), and
+per command, for a shape not seen yet (and for `futextrace cache build`, which
+knows each command's default program, not its users' options). Keyed by the
+command alone, a `serve` after a `serve -p` took the other program's hint and
+started 0.12-0.17 s later than the next one (footprint.py, issue 44).
 """
 from __future__ import annotations
 
@@ -30,11 +37,13 @@ BPF_F_NO_PREALLOC = 1
 BIG_BYTES = 1 << 20          # smaller maps take the kernel under a millisecond
 MOST_MAPS = 4
 MOST_ENTRIES = 1 << 24
+MOST_KEYS = 48               # shapes (and their programs' hints) kept; the oldest written go first
 # Commands that load the BPF program; an early map for any other would be waste.
 LOADING_COMMANDS = ("record", "serve", "explain", "run", "bench", "sweep")
 
 _early: dict[tuple, "_EarlyMap"] = {}
-_command: str | None = None
+_command: str | None = None      # the command started here: "serve"
+_shape: str | None = None        # it with the names of the options given: "serve --listen -p"
 
 
 def hint_path() -> Path:
@@ -103,13 +112,38 @@ def read_hint() -> dict:
     return hint if isinstance(hint, dict) else {}
 
 
-def start(command: str) -> None:
-    """Start creating the big maps the last start of `command` made (a thread)."""
-    global _command
+def shape_of(command: str, args: list[str]) -> str:
+    """The command and the names of the options in `args` (its arguments),
+    sorted, without their values; nothing after `--` (a command to run)."""
+    names = set()
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            names.add(arg.split("=", 1)[0])
+        elif arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit():
+            names.add(arg[:2])          # "-p1234" is -p
+    return " ".join([command, *sorted(names)])
+
+
+def hint_keys() -> list[str]:
+    """The hint keys of this start: its shape's, then its command's."""
+    return [k for k in dict.fromkeys((_shape, _command)) if k]
+
+
+def first_of(hint: dict, keys: list[str], suffix: str = ""):
+    """The value of the first of `keys` (+ suffix) the hint holds, or None."""
+    return next((hint[k + suffix] for k in keys if k + suffix in hint), None)
+
+
+def start(command: str, shape: str | None = None) -> None:
+    """Start creating the big maps the last start of `shape` made, or of
+    `command` where that shape has no hint yet (a thread)."""
+    global _command, _shape
     if os.environ.get("FUTEXTRACE_NO_PROG_CACHE") or _command is not None:
         return
-    _command = command
-    specs = read_hint().get(command)
+    _command, _shape = command, shape
+    specs = first_of(read_hint(), hint_keys())
     if not isinstance(specs, list):
         return
     wanted = [tuple(spec) for spec in specs[:MOST_MAPS] if _valid(spec)]
@@ -117,21 +151,17 @@ def start(command: str) -> None:
         _begin(list(dict.fromkeys(wanted)))
 
 
-def start_from_command_line(argv: list[str]) -> str | None:
+def start_from_command_line(argv: list[str]) -> tuple[str, str] | None:
     """start() for the `futextrace` command itself (its console script or
     `python -m futextrace.cli`), not for a program that imports the CLI; the
-    command started, or None."""
+    command started and its shape, or None."""
     entry = os.path.basename(argv[0]) if argv else ""
     if (entry in ("futextrace", "cli.py") and len(argv) > 1 and argv[1] in LOADING_COMMANDS
             and not {"-h", "--help"} & set(argv)):
-        start(argv[1])
-        return argv[1]
+        shape = shape_of(argv[1], argv[2:])
+        start(argv[1], shape)
+        return argv[1], shape
     return None
-
-
-def command() -> str | None:
-    """The command this process started early maps for (start()), if any."""
-    return _command
 
 
 def pending(spec: tuple) -> "_EarlyMap | None":
@@ -160,22 +190,27 @@ def close_untaken() -> None:
 
 
 def remember(tables: list[dict], command: str | None = None, ncpus: int | None = None) -> None:
-    """Record the big maps of `command` (this process's, by default) for its
-    next start; written only when they changed. Best effort: an unwritable
-    cache costs the next start the early maps, nothing more."""
-    command = command or _command
-    if command is None:
+    """Record the big maps of `command` (by default this process's shape and
+    command) for their next start; written only when they changed. Best
+    effort: an unwritable cache costs the next start the early maps, nothing more."""
+    keys = [command] if command else hint_keys()
+    if not keys:
         return
     ncpus = ncpus or os.cpu_count() or 1
     specs = [list(spec_of(t)) for t in tables if is_big(t, ncpus)][:MOST_MAPS]
-    update_hint(command, specs)
+    update_hint({k: specs for k in keys})
 
 
-def update_hint(key: str, value) -> None:
-    """Set one key of the hint file, written only when it changed (best
-    effort: an unwritable cache costs the next start its head start)."""
+def update_hint(values: dict) -> None:
+    """Set these keys of the hint file, written only when one changed (best
+    effort: an unwritable cache costs the next start its head start). A key
+    written goes last; past MOST_KEYS, the first (the longest unwritten) go."""
     hint = read_hint()
-    if hint.get(key) == value:
+    if all(hint.get(k) == v for k, v in values.items()):
         return
-    hint[key] = value
+    for k, v in values.items():
+        hint.pop(k, None)
+        hint[k] = v
+    for k in list(hint)[:max(0, len(hint) - MOST_KEYS)]:
+        del hint[k]
     cachefiles.write_atomic(hint_path(), json.dumps(hint).encode())

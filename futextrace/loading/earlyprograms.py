@@ -4,8 +4,9 @@ The verifier takes ~75 ms over the tracepoint method's sys_enter (50,492
 instructions processed on 6.18), and a start could only ask for it once its
 imports, the kernel model and the options had chosen the program: a quarter
 of a warm start on an idle 2-CPU host. The last start of the same command
-almost always replays the same program cache entry, so that start leaves a
-hint beside the early maps' (earlymaps.py): the entry's file name, the tp_btf
+with the same options almost always replays the same program cache entry, so
+that start leaves a hint beside the early maps' (earlymaps.py, keyed the same
+way: by command shape, and by command): the entry's file name, the tp_btf
 programs it loaded (function, BTF id), and the boot it did so in. The command
 line (cli.py, before its own imports) then starts a thread that creates the
 entry's maps (taking the big ones earlymaps is creating) and loads those
@@ -145,13 +146,13 @@ def _valid(hint) -> bool:
                     for p in hint["programs"]))
 
 
-def start(command: str | None) -> None:
-    """Begin loading the programs the last start of `command` loaded, in this
-    boot (a thread), if it left a hint."""
+def start(command: str | None, shape: str | None = None) -> None:
+    """Begin loading the programs the last start of `shape` loaded, or of
+    `command` where that shape left no hint, in this boot (a thread)."""
     global _pending
     if command is None or _pending is not None or os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
         return
-    hint = earlymaps.read_hint().get(command + HINT_SUFFIX)
+    hint = earlymaps.first_of(earlymaps.read_hint(), [k for k in (shape, command) if k], HINT_SUFFIX)
     if not _valid(hint) or hint.get("boot") != boot_id() or not hint["programs"]:
         return
     _pending = _EarlyProgram(hint["entry"], [tuple(p) for p in hint["programs"][:MOST_PROGRAMS]])
@@ -160,7 +161,9 @@ def start(command: str | None) -> None:
 
 def start_from_command_line(argv: list[str]) -> None:
     """The early maps, then the early programs, for the `futextrace` command itself."""
-    start(earlymaps.start_from_command_line(argv))
+    keys = earlymaps.start_from_command_line(argv)
+    if keys is not None:
+        start(*keys)
 
 
 def claim(entry: dict) -> tuple[list[int], dict[tuple[str, int], int], int] | None:
@@ -190,10 +193,11 @@ def close_untaken() -> None:
         early.close()
 
 
-def remember(command: str | None, entry_name: str, programs: list[tuple[str, int]]) -> None:
+def remember(keys: list[str], entry_name: str, programs: list[tuple[str, int]]) -> None:
     """Record the entry and tp_btf programs this start loaded, for the next
-    start of `command` in this boot; written only when they changed."""
-    if command is None:
+    start of these hint keys (earlymaps.hint_keys: its shape, its command)
+    in this boot; written only when they changed."""
+    if not keys:
         return
     want = {"entry": entry_name, "boot": boot_id(), "programs": [list(p) for p in programs[:MOST_PROGRAMS]]}
-    earlymaps.update_hint(command + HINT_SUFFIX, want)
+    earlymaps.update_hint({k + HINT_SUFFIX: want for k in keys})

@@ -13,6 +13,7 @@ def isolate(monkeypatch, cache) -> None:
     monkeypatch.setenv("FUTEXTRACE_CACHE", str(cache))
     monkeypatch.delenv("FUTEXTRACE_NO_PROG_CACHE", raising=False)
     monkeypatch.setattr(earlymaps, "_command", None)
+    monkeypatch.setattr(earlymaps, "_shape", None)
     monkeypatch.setattr(earlymaps, "_early", {})
     monkeypatch.setattr(earlyprograms, "_pending", None)
 

@@ -69,9 +69,13 @@ def test_a_warm_start_takes_its_early_programs_and_another_entry_none(tmp_path, 
     # Another option, another entry: compiled, nothing taken from the hint's.
     other = record(cache, sleeper, tmp_path / "3.json", "--max-futexes", "4096")
     assert other["compile_cache"] == "miss" and other["early_programs"] == 0
-    # Back to the first options: the hint names the 4096 entry now. Its
-    # programs, loaded ahead, are not this start's: closed, not kept.
-    back = record(cache, sleeper, tmp_path / "4.json", hold_s=2,
+    # Back to the first options: their own shape's hint, not the last start's.
+    again = record(cache, sleeper, tmp_path / "4.json")
+    assert again["compile_cache"] == "hit" and again["early_programs"] == len(hint["programs"])
+    # The same shape with another value: the hint names the 8192 entry now. Its
+    # programs, loaded ahead, are not the 4096 start's: closed, not kept.
+    record(cache, sleeper, tmp_path / "5.json", "--max-futexes", "8192")
+    back = record(cache, sleeper, tmp_path / "6.json", "--max-futexes", "4096", hold_s=2,
                   during=lambda pid: (time.sleep(0.5), programs_held(pid, "ft_btf_sys_enter"))[1])
     assert back["compile_cache"] == "hit" and back["early_programs"] == 0
     assert back["_during"] == 1, "a program loaded ahead for another entry was kept"

@@ -69,13 +69,42 @@ def test_a_hint_others_could_write_or_out_of_shape_is_ignored(cache):
 
 def test_only_the_futextrace_command_line_starts_them(cache, monkeypatch):
     asked = []
-    monkeypatch.setattr(earlymaps, "start", asked.append)
+    monkeypatch.setattr(earlymaps, "start", lambda command, shape: asked.append((command, shape)))
     earlymaps.start_from_command_line(["/usr/bin/pytest", "record"])
     earlymaps.start_from_command_line(["/venv/bin/futextrace", "report", "x.json"])
     earlymaps.start_from_command_line(["/venv/bin/futextrace", "record", "-p", "1"])
     earlymaps.start_from_command_line(["/src/futextrace/cli.py", "serve"])
     earlymaps.start_from_command_line(["/venv/bin/futextrace", "record", "--help"])
-    assert asked == ["record", "serve"]
+    assert asked == [("record", "record -p"), ("serve", "serve")]
+
+
+def test_a_shape_is_the_command_and_its_option_names_without_values():
+    assert earlymaps.shape_of("record", ["-p", "1", "-d", "0.5"]) == "record -d -p"
+    assert earlymaps.shape_of("serve", ["--listen=127.0.0.1:9", "-p1234", "-p", "7"]) == "serve --listen -p"
+    assert earlymaps.shape_of("run", ["-t", "2", "--", "./bench", "--threads", "-x"]) == "run -t"
+    assert earlymaps.shape_of("record", ["-d", "-1"]) == "record -d"        # a negative value is no option
+
+
+def test_each_shape_creates_what_its_own_last_start_made(cache):
+    """A `serve` after a `serve -p` (another program, other maps) makes its
+    own last start's maps; a shape not seen yet makes its command's last."""
+    for shape, entries in (("serve -p", 16384), ("serve --listen", 65536)):
+        earlymaps._command = None
+        earlymaps.start("serve", shape)
+        earlymaps.remember([table(entries=entries)], ncpus=2)
+    cache.clear()
+    for shape in ("serve -p", "serve --listen", "serve --listen -p"):
+        earlymaps._command = None
+        earlymaps.start("serve", shape)
+    assert [spec[4] for spec in cache] == [16384, 65536, 65536]
+
+
+def test_the_hint_keeps_the_shapes_written_last(cache, monkeypatch):
+    monkeypatch.setattr(earlymaps, "MOST_KEYS", 3)
+    for shape in ("record -a", "record -b", "record -c", "record -d"):
+        earlymaps.update_hint({shape: []})
+    earlymaps.update_hint({"record -b": [["futexes", 5, 24, 32, 65536, 0]]})
+    assert list(json.loads(earlymaps.hint_path().read_text())) == ["record -c", "record -d", "record -b"]
 
 
 def test_the_program_cache_switch_turns_them_off(cache, monkeypatch):

@@ -28,13 +28,13 @@ def begun(tmp_path, monkeypatch):
     earlyprograms._pending = None
 
 
-def start_again(command="record"):
+def start_again(command="record", shape=None):
     earlyprograms._pending = None
-    earlyprograms.start(command)
+    earlyprograms.start(command, shape)
 
 
 def test_what_a_start_remembers_the_next_start_of_that_command_loads(begun):
-    earlyprograms.remember("record", "abc.json", PROGRAMS)
+    earlyprograms.remember(["record"], "abc.json", PROGRAMS)
     assert json.loads(earlymaps.hint_path().read_text())["record programs"] == {
         "entry": "abc.json", "boot": "boot-a", "programs": [list(p) for p in PROGRAMS]}
     start_again()
@@ -44,8 +44,17 @@ def test_what_a_start_remembers_the_next_start_of_that_command_loads(begun):
     assert begun == [("abc.json", PROGRAMS)] and earlyprograms._pending is None
 
 
+def test_a_shape_loads_what_its_own_last_start_loaded_and_a_new_shape_the_commands(begun):
+    earlyprograms.remember(["serve -p", "serve"], "pid-filter.json", PROGRAMS[:1])
+    earlyprograms.remember(["serve --listen", "serve"], "all.json", PROGRAMS[:2])
+    start_again("serve", "serve -p")
+    start_again("serve", "serve --listen")
+    start_again("serve", "serve --listen -p")     # not seen yet: the command's last
+    assert [entry for entry, _ in begun] == ["pid-filter.json", "all.json", "all.json"]
+
+
 def test_nothing_is_loaded_from_a_hint_of_another_boot(begun, monkeypatch):
-    earlyprograms.remember("record", "abc.json", PROGRAMS)
+    earlyprograms.remember(["record"], "abc.json", PROGRAMS)
     monkeypatch.setattr(earlyprograms, "boot_id", lambda: "boot-b")    # rebooted, into any kernel
     start_again()
     assert earlyprograms._pending is None and begun == []
@@ -57,24 +66,24 @@ def test_a_hint_out_of_shape_or_others_could_write_is_ignored(begun):
                 {"entry": "abc.json", "boot": "boot-a", "programs": [["ft_btf_sys_enter", "11320"]]},
                 {"entry": "abc.json", "boot": "boot-a", "programs": []},
                 ["abc.json"]):
-        earlymaps.update_hint("record programs", bad)
+        earlymaps.update_hint({"record programs": bad})
         start_again()
         assert earlyprograms._pending is None, bad
-    earlyprograms.remember("record", "abc.json", PROGRAMS)
+    earlyprograms.remember(["record"], "abc.json", PROGRAMS)
     earlymaps.hint_path().chmod(0o666)
     start_again()
     assert earlyprograms._pending is None and begun == []
 
 
 def test_an_unchanged_hint_is_not_written_again(begun):
-    earlyprograms.remember("record", "abc.json", PROGRAMS)
+    earlyprograms.remember(["record"], "abc.json", PROGRAMS)
     os.utime(earlymaps.hint_path(), (1, 1))
-    earlyprograms.remember("record", "abc.json", PROGRAMS)
+    earlyprograms.remember(["record"], "abc.json", PROGRAMS)
     assert earlymaps.hint_path().stat().st_mtime == 1
 
 
 def test_no_program_cache_no_early_programs(begun, monkeypatch):
-    earlyprograms.remember("record", "abc.json", PROGRAMS)
+    earlyprograms.remember(["record"], "abc.json", PROGRAMS)
     monkeypatch.setenv("FUTEXTRACE_NO_PROG_CACHE", "1")
     start_again()
     assert earlyprograms._pending is None and begun == []
