@@ -211,3 +211,19 @@ def test_runs_kept_by_a_hint_are_those_of_a_fresh_sort():
         assert starts.tolist() == fresh_starts.tolist()
         for c in cols:
             assert c[order].tolist() == c[fresh_order].tolist()
+
+
+def test_runs_of_signed_and_narrow_columns_are_a_lexsorts():
+    """_runs packs non-negative columns of any integer type into one uint64
+    key: the same groups as sorting by the columns themselves."""
+    import numpy as np
+    from futextrace.export.summary import _runs
+    rng = np.random.default_rng(9)
+    cols = [rng.integers(0, 3, 400).astype(np.int64), rng.integers(0, 50, 400).astype(np.uint32),
+            rng.integers(0, 1000, 400).astype(np.int32)]
+    order, starts = _runs(cols)
+    lex = np.lexsort(cols[::-1])
+    for c in cols:
+        assert c[order].tolist() == c[lex].tolist()
+    groups = {tuple(int(c[i]) for c in cols) for i in range(400)}
+    assert len(starts) == len(groups)
