@@ -151,17 +151,16 @@ def start(command: str, shape: str | None = None) -> None:
         _begin(list(dict.fromkeys(wanted)))
 
 
-def start_from_command_line(argv: list[str]) -> tuple[str, str] | None:
+def start_from_command_line(argv: list[str]) -> list[str]:
     """start() for the `futextrace` command itself (its console script or
     `python -m futextrace.cli`), not for a program that imports the CLI; the
-    command started and its shape, or None."""
+    hint keys of the command started (hint_keys), or none."""
     entry = os.path.basename(argv[0]) if argv else ""
     if (entry in ("futextrace", "cli.py") and len(argv) > 1 and argv[1] in LOADING_COMMANDS
             and not {"-h", "--help"} & set(argv)):
-        shape = shape_of(argv[1], argv[2:])
-        start(argv[1], shape)
-        return argv[1], shape
-    return None
+        start(argv[1], shape_of(argv[1], argv[2:]))
+        return hint_keys()
+    return []
 
 
 def pending(spec: tuple) -> "_EarlyMap | None":

@@ -146,13 +146,14 @@ def _valid(hint) -> bool:
                     for p in hint["programs"]))
 
 
-def start(command: str | None, shape: str | None = None) -> None:
-    """Begin loading the programs the last start of `shape` loaded, or of
-    `command` where that shape left no hint, in this boot (a thread)."""
+def start(keys: list[str]) -> None:
+    """Begin loading the programs the last start of the first of these hint
+    keys that left a hint loaded (earlymaps.hint_keys: the start's shape,
+    then its command), in this boot (a thread)."""
     global _pending
-    if command is None or _pending is not None or os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
+    if not keys or _pending is not None or os.environ.get("FUTEXTRACE_NO_PROG_CACHE"):
         return
-    hint = earlymaps.first_of(earlymaps.read_hint(), [k for k in (shape, command) if k], HINT_SUFFIX)
+    hint = earlymaps.first_of(earlymaps.read_hint(), keys, HINT_SUFFIX)
     if not _valid(hint) or hint.get("boot") != boot_id() or not hint["programs"]:
         return
     _pending = _EarlyProgram(hint["entry"], [tuple(p) for p in hint["programs"][:MOST_PROGRAMS]])
@@ -161,9 +162,7 @@ def start(command: str | None, shape: str | None = None) -> None:
 
 def start_from_command_line(argv: list[str]) -> None:
     """The early maps, then the early programs, for the `futextrace` command itself."""
-    keys = earlymaps.start_from_command_line(argv)
-    if keys is not None:
-        start(*keys)
+    start(earlymaps.start_from_command_line(argv))
 
 
 def claim(entry: dict) -> tuple[list[int], dict[tuple[str, int], int], int] | None:

@@ -386,7 +386,7 @@ class Program:
         if self.counting_from is None:   # no stamp around the one hook: the whole attach phase
             self.counting_from = (t1_ns, time.monotonic_ns())
         self.contention = self._attach_contention(model) if contention else "not asked for"
-        if self._bpf.cache_entry_name:    # the next start of this command loads them before its imports
+        if self._bpf.cache_entry_name:    # the next start of this command shape loads them before its imports
             earlyprograms.remember(earlymaps.hint_keys(), self._bpf.cache_entry_name, early)
         self.timings = {"compile": round(t1 - t0, 3), "attach": round(time.monotonic() - t1, 3)}
         release_freed_heap()

@@ -30,7 +30,7 @@ def begun(tmp_path, monkeypatch):
 
 def start_again(command="record", shape=None):
     earlyprograms._pending = None
-    earlyprograms.start(command, shape)
+    earlyprograms.start([shape, command] if shape else [command])
 
 
 def test_what_a_start_remembers_the_next_start_of_that_command_loads(begun):
