@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from footprint import free_port  # noqa: E402  (footprint.py's own)
 
 
 def start(extra: list[str]) -> float | None:
